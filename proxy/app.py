@@ -1,0 +1,181 @@
+"""Building the ASGI app: services created in the lifespan, routes, one error mapping."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.responses import Response
+
+from compression.engine import ContextEngine
+from compression.options import CompressorOptions
+from proxy.auth import Authenticator
+from proxy.compaction import Compactor
+from proxy.conversations import Conversations
+from proxy.errors import BadRequest, ProxyError, error_response
+from proxy.gateway import Gateway
+from proxy.metrics import Metrics
+from proxy.routes import router
+from proxy.settings import Settings
+from proxy.upstream import Upstream, new_http_client
+from storage import SessionLocks, SessionStore
+
+log = logging.getLogger("ctxgate")
+
+
+def engine_options(settings: Settings) -> dict[str, Any]:
+    """The built-in engine's options: the top-level thresholds plus `compression.options`."""
+    c = settings.compression
+    return {
+        "threshold": c.threshold,
+        "hygiene_threshold": c.hygiene_threshold,
+        "hygiene_max_messages": c.hygiene_max_messages,
+        **c.options,
+    }
+
+
+def trigger_options(settings: Settings) -> CompressorOptions:
+    """Threshold figures the proxy's triggers use, whichever engine is configured."""
+    options = engine_options(settings)
+    if settings.compression.engine not in ("compressor",):
+        keep = {
+            "threshold",
+            "hygiene_threshold",
+            "hygiene_max_messages",
+            "min_threshold_tokens",
+            "threshold_tokens",
+        }
+        options = {k: v for k, v in options.items() if k in keep}
+    return CompressorOptions.from_mapping(options)
+
+
+def build_engine(settings: Settings) -> ContextEngine:
+    """The configured engine; raises ValueError naming the problem (checked at start-up)."""
+    from compression import load_engine
+
+    name = settings.compression.engine
+    options = (
+        engine_options(settings) if name == "compressor" else dict(settings.compression.options)
+    )
+    return load_engine(name, options)
+
+
+@dataclass(slots=True)
+class Services:
+    settings: Settings
+    http: httpx.AsyncClient
+    store: SessionStore
+    gateway: Gateway
+    conversations: Conversations
+    upstreams: dict[str, Upstream]
+    auth: Authenticator
+    metrics: Metrics
+    owns_http: bool
+    owns_store: bool
+
+    async def close(self) -> None:
+        await self.conversations.close()
+        if self.owns_store:
+            await self.store.close()
+        if self.owns_http:
+            await self.http.aclose()
+
+
+async def start_services(
+    settings: Settings,
+    *,
+    http_client: httpx.AsyncClient | None = None,
+    store: SessionStore | None = None,
+    engine: ContextEngine | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Services:
+    engine = engine or build_engine(settings)
+    http = http_client or new_http_client()
+    owns_store = store is None
+    if store is None:
+        store = await SessionStore.open(settings.storage.url)
+    upstreams = {name: Upstream(up, http) for name, up in settings.upstreams.items()}
+    locks = SessionLocks(store, owner=uuid.uuid4().hex, ttl_s=settings.storage.lease_ttl_s)
+    compactor = Compactor(
+        store=store,
+        locks=locks,
+        engine=engine,
+        lock_wait_s=settings.storage.lock_wait_s,
+        in_place=settings.storage.in_place,
+        clock=clock,
+    )
+    windows = await store.get_model_windows()
+    conversations = Conversations(
+        settings, store, compactor, upstreams, trigger_options(settings), windows, clock
+    )
+    auth = Authenticator(settings.auth)
+    metrics = Metrics()
+    gateway = Gateway(settings, conversations, auth, metrics)
+    return Services(
+        settings,
+        http,
+        store,
+        gateway,
+        conversations,
+        upstreams,
+        auth,
+        metrics,
+        owns_http=http_client is None,
+        owns_store=owns_store,
+    )
+
+
+def create_app(
+    settings: Settings,
+    *,
+    http_client: httpx.AsyncClient | None = None,
+    store: SessionStore | None = None,
+    engine: ContextEngine | None = None,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    """The ctxgate ASGI app. Injected parts (for tests and embedding) are not closed by it."""
+    if engine is None:
+        engine = build_engine(settings)  # fail at start-up, not on the first request
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await start_services(
+            settings, http_client=http_client, store=store, engine=engine, clock=clock
+        )
+        app.state.services = services
+        try:
+            yield
+        finally:
+            await services.close()
+
+    app = FastAPI(
+        title="ctxgate", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
+    )
+    app.include_router(router)
+
+    async def on_proxy_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ProxyError)
+        services = getattr(request.app.state, "services", None)
+        if services is not None:
+            services.metrics.error(exc.status_code)
+        return error_response(exc)
+
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
+        return error_response(BadRequest(f"Invalid request: {exc}"))
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(ProxyError("ctxgate hit an internal error; see its log."))
+
+    app.add_exception_handler(ProxyError, on_proxy_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(Exception, on_unexpected)
+    return app

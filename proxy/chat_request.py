@@ -1,0 +1,147 @@
+"""Parsing and validating a Chat Completions request body.
+
+Only the fields ctxgate acts on are checked (`model`, `messages`, `stream`, `max_tokens`,
+`tools`); everything else stays in `body` untouched. The raw bytes are kept so that a request
+ctxgate does not change is forwarded byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+
+from compression.types import Message, ToolSchema
+from proxy.errors import BadRequest
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    raw: bytes
+    body: dict[str, Any]
+    model: str
+    messages: list[Message]
+    stream: bool
+    max_tokens: int | None
+    tools: list[ToolSchema] | None
+
+    @property
+    def client_wants_usage(self) -> bool:
+        options = self.body.get("stream_options")
+        return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    """Parse and check `raw`, raising BadRequest with a message that says what is wrong."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"The request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest(_missing_or_type("model", model, "a non-empty string"), param="model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest(
+            _missing_or_type("messages", messages, "a non-empty array"), param="messages"
+        )
+    for index, message in enumerate(messages):
+        _check_message(index, message)
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise BadRequest(f"'stream' must be a boolean, got {_json_type(stream)}.", param="stream")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise BadRequest(f"'tools' must be an array, got {_json_type(tools)}.", param="tools")
+    return ChatRequest(
+        raw=raw,
+        body=body,
+        model=model,
+        messages=cast(list[Message], messages),
+        stream=stream,
+        max_tokens=_max_tokens(body),
+        tools=cast(list[ToolSchema] | None, tools),
+    )
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise BadRequest(f"'{key}' must be a positive integer, got {value!r}.", param=key)
+        return value
+    return None
+
+
+def _check_message(index: int, message: Any) -> None:
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise BadRequest(f"'{where}' must be an object, got {_json_type(message)}.", param=where)
+    role = message.get("role")
+    if not isinstance(role, str) or role not in _ROLES:
+        raise BadRequest(
+            f"'{where}.role' must be one of {', '.join(sorted(_ROLES))}, got {role!r}.",
+            param=f"{where}.role",
+        )
+    content = message.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise BadRequest(
+            f"'{where}.content' must be a string, an array of parts or null, "
+            f"got {_json_type(content)}.",
+            param=f"{where}.content",
+        )
+    if isinstance(content, list) and not all(isinstance(part, dict) for part in content):
+        raise BadRequest(f"'{where}.content' parts must be objects.", param=f"{where}.content")
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        raise BadRequest(
+            f"'{where}' is a tool message without a string 'tool_call_id'.",
+            param=f"{where}.tool_call_id",
+        )
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None:
+        _check_tool_calls(where, tool_calls)
+
+
+def _check_tool_calls(where: str, tool_calls: Any) -> None:
+    if not isinstance(tool_calls, list):
+        raise BadRequest(
+            f"'{where}.tool_calls' must be an array, got {_json_type(tool_calls)}.",
+            param=f"{where}.tool_calls",
+        )
+    for i, call in enumerate(tool_calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(call.get("id"), str):
+            raise BadRequest(
+                f"'{where}.tool_calls[{i}]' must be an object with a string 'id' and a "
+                "'function' object.",
+                param=f"{where}.tool_calls[{i}]",
+            )
+
+
+def _missing_or_type(name: str, value: Any, expected: str) -> str:
+    if value is None:
+        return f"Missing required parameter: '{name}'."
+    return f"'{name}' must be {expected}, got {_json_type(value)}."
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string" if value else "an empty string"
+    if isinstance(value, list):
+        return "an array" if value else "an empty array"
+    return "an object"

@@ -1,0 +1,222 @@
+"""Running the context engine for a request, under the session lock, and committing the result.
+
+Every path that compresses (hygiene, preflight, background after a response, overflow
+recovery, the manual API) goes through `Compactor.compress`, which:
+  1. takes the session lock (in-process + database lease); on timeout the request goes on
+     uncompressed;
+  2. looks again for a checkpoint another path may have written meanwhile;
+  3. runs the engine on the view (never on the client's raw list);
+  4. commits checkpoint + archive + event + engine state in one transaction.
+Database errors never lose the request: the compressed view is still used for this request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from compression.digest import chained_digests
+from compression.engine import (
+    CompressionContext,
+    CompressionResult,
+    ContextEngine,
+    Summarizer,
+    TokenCounter,
+)
+from compression.types import Message
+from proxy.turn import CompressionNote, Turn
+from storage import (
+    CompressionCommit,
+    EventRecord,
+    SessionKey,
+    SessionLocks,
+    SessionStore,
+    StorageError,
+)
+
+log = logging.getLogger("ctxgate.compaction")
+
+COMMITTED = ("compressed", "fallback")
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """How one compression attempt went, for the caller's progress rule."""
+
+    changed: bool
+    outcome: str
+    error: str | None
+
+
+class Compactor:
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        locks: SessionLocks,
+        engine: ContextEngine,
+        lock_wait_s: float,
+        in_place: bool,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.locks = locks
+        self.engine = engine
+        self.lock_wait_s = lock_wait_s
+        self.in_place = in_place
+        self.clock = clock
+
+    async def apply_checkpoint(self, turn: Turn, digests: list[str] | None = None) -> bool:
+        """Use the newest checkpoint matching the client's prefix; True when one applied."""
+        if digests is None:
+            digests = chained_digests(turn.messages)
+        try:
+            checkpoint = await self.store.find_checkpoint(turn.key, digests)
+        except StorageError as exc:
+            log.warning("checkpoint lookup failed; going on without: %s", exc)
+            return False
+        if checkpoint is None or checkpoint.id == turn.checkpoint_id:
+            return False
+        if turn.checkpoint_id is not None and checkpoint.prefix_len < turn.prefix_len:
+            return False
+        # Storage keeps plain JSON objects; they are the same wire dicts the client sent.
+        replacement = cast(list[Message], checkpoint.messages)
+        view = replacement + turn.messages[checkpoint.prefix_len :]
+        turn.use_view(view, prefix_len=checkpoint.prefix_len, checkpoint_id=checkpoint.id)
+        return True
+
+    async def compress(
+        self,
+        turn: Turn,
+        *,
+        trigger: str,
+        counter: TokenCounter,
+        summarize: Summarizer | None,
+        force: bool = False,
+        focus: str | None = None,
+        current_tokens: int | None = None,
+    ) -> Attempt:
+        async with self.locks.hold(turn.key, wait_s=self.lock_wait_s) as got:
+            if not got:
+                return Attempt(False, "lock_timeout", "another compression holds the session")
+            digests = chained_digests(turn.messages)
+            if not force and await self.apply_checkpoint(turn, digests):
+                return Attempt(True, "reused", None)
+            ctx = CompressionContext(
+                model=turn.request.model,
+                context_length=turn.context_length,
+                max_output_tokens=turn.max_tokens
+                or turn.request.max_tokens
+                or turn.rule.max_output_tokens,
+                counter=counter,
+                summarize=summarize,
+                state=turn.state,
+                tools=turn.request.tools,
+                trigger=trigger,  # type: ignore[arg-type]
+                force=force,
+                focus=focus,
+                current_tokens=current_tokens,
+                now=self.clock(),
+            )
+            started = time.perf_counter()
+            result = await self.engine.compress(turn.view, ctx)
+            duration_ms = (time.perf_counter() - started) * 1000
+            turn.state = result.state
+            if result.outcome not in COMMITTED:
+                await self._record_miss(turn, trigger, result, duration_ms)
+                return Attempt(False, result.outcome, result.error)
+            checkpoint_id = await self._commit(turn, trigger, result, digests, duration_ms)
+            turn.notes.append(
+                CompressionNote(
+                    trigger,
+                    result.outcome,
+                    result.tokens_before,
+                    result.tokens_after,
+                    checkpoint_id,
+                )
+            )
+            turn.use_view(
+                result.messages, prefix_len=len(turn.messages), checkpoint_id=checkpoint_id
+            )
+            turn.estimate = result.tokens_after
+            return Attempt(True, result.outcome, result.error)
+
+    def _archived(self, turn: Turn, result: CompressionResult) -> list[tuple[int, Message]]:
+        """Client messages (by position) that the new view no longer holds verbatim."""
+        out = []
+        for index in range(turn.replacement_len, min(result.replaced_upto, len(turn.view))):
+            position = turn.prefix_len + (index - turn.replacement_len)
+            out.append((position, turn.messages[position]))
+        return out
+
+    async def _commit(
+        self,
+        turn: Turn,
+        trigger: str,
+        result: CompressionResult,
+        digests: list[str],
+        duration_ms: float,
+    ) -> int | None:
+        event = EventRecord(
+            sk=turn.key,
+            trigger=trigger,
+            outcome=result.outcome,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+            messages_before=len(turn.view),
+            messages_after=len(result.messages),
+            duration_ms=duration_ms,
+            error=result.error,
+        )
+        commit = CompressionCommit(
+            sk=turn.key,
+            model=turn.request.model,
+            prefix_len=len(turn.messages),
+            prefix_digest=digests[-1],
+            messages=_plain(result.messages),
+            summary=result.summary,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+            archived=[(pos, cast(dict[str, Any], m)) for pos, m in self._archived(turn, result)],
+            event=event,
+            engine_state=result.state.to_json(),
+            rotate_to=None if self.in_place else f"{turn.key.key}~{uuid.uuid4().hex[:8]}",
+        )
+        try:
+            checkpoint = await self.store.commit_compression(commit)
+        except StorageError as exc:
+            log.error("could not store a compression; this request still uses it: %s", exc)
+            return None
+        if checkpoint.key != turn.key.key:
+            turn.key = SessionKey(checkpoint.scope, checkpoint.key)
+        return checkpoint.id
+
+    async def _record_miss(
+        self, turn: Turn, trigger: str, result: CompressionResult, duration_ms: float
+    ) -> None:
+        if result.outcome == "skipped":
+            return
+        event = EventRecord(
+            sk=turn.key,
+            trigger=trigger,
+            outcome=result.outcome,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+            messages_before=len(turn.view),
+            messages_after=len(result.messages),
+            duration_ms=duration_ms,
+            error=result.error,
+        )
+        try:
+            await self.store.add_event(event)
+            await self.store.save_engine_state(turn.key, result.state.to_json())
+        except StorageError as exc:
+            log.warning("could not record a compression attempt: %s", exc)
+
+
+def _plain(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return cast(list[dict[str, Any]], list(messages))

@@ -1,0 +1,199 @@
+"""The Chat Completions relay: one request in, one upstream call (or a few, on overflow) out.
+
+Non-streaming answers are relayed byte for byte. Streams are relayed event by event; every
+recovery from an overflow happens before the first byte reaches the client, since after the
+200 the status can no longer change.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from proxy.auth import Authenticator
+from proxy.chat_request import parse_chat_request
+from proxy.conversations import Conversations
+from proxy.errors import NotFound, ProxyError, UpstreamStatus
+from proxy.headers import client_response_headers, upstream_request_headers
+from proxy.identity import identify, scope_for
+from proxy.metrics import Metrics
+from proxy.overflow import classify_overflow
+from proxy.settings import Settings
+from proxy.streaming import StreamRelay
+from proxy.turn import Turn
+
+log = logging.getLogger("ctxgate.gateway")
+
+CHAT_PATH = "/chat/completions"
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class Gateway:
+    def __init__(
+        self,
+        settings: Settings,
+        conversations: Conversations,
+        auth: Authenticator,
+        metrics: Metrics,
+    ) -> None:
+        self.settings = settings
+        self.conversations = conversations
+        self.auth = auth
+        self.metrics = metrics
+
+    async def chat(self, headers: Mapping[str, str], raw: bytes) -> Response:
+        """Serve one `POST /v1/chat/completions`; raises ProxyError for the error handler."""
+        arrived = time.perf_counter()
+        credential = self.auth.client_credential(headers)
+        request = parse_chat_request(raw)
+        rule = self.settings.rule_for(request.model)
+        if rule is None:
+            raise NotFound(
+                f"The model '{request.model}' does not match any rule in ctxgate's config.",
+                param="model",
+                code="model_not_found",
+            )
+        ident = identify(headers, request.body, request.messages, scope_for(credential))
+        forward = self.auth.forwardable(headers)
+        turn = await self.conversations.prepare(ident, request, rule, forward)
+        self.metrics.prepared(turn, time.perf_counter() - arrived)
+        if request.stream:
+            return await self._stream(turn, arrived)
+        return await self._complete(turn, arrived)
+
+    def _upstream_headers(self, turn: Turn) -> dict[str, str]:
+        return upstream_request_headers(turn.client_headers.items(), turn.upstream.settings)
+
+    async def _recover_or_raise(
+        self, turn: Turn, error: UpstreamStatus, attempt: int, body_bytes: int
+    ) -> None:
+        """Return when a retry may fit; otherwise raise the upstream's error with a reason."""
+        overflow = classify_overflow(error.status_code, error.raw)
+        if overflow is None:
+            raise error
+        self.metrics.overflow(turn)
+        if attempt >= self.settings.compression.max_attempts:
+            raise _with_reason(error, f"still too large after {attempt} forced compressions")
+        reason = await self.conversations.recover(turn, overflow, body_bytes)
+        if reason is not None:
+            raise _with_reason(error, reason)
+
+    async def _complete(self, turn: Turn, arrived: float) -> Response:
+        headers = self._upstream_headers(turn)
+        attempt = 0
+        while True:
+            body = turn.upstream_body()
+            sent = time.perf_counter()
+            response = await turn.upstream.call("POST", CHAT_PATH, body, headers)
+            self.metrics.upstream_done(turn, sent, response.status_code)
+            if response.status_code < 400:
+                break
+            error = UpstreamStatus(
+                response.status_code,
+                response.content,
+                client_response_headers(response.headers.items()),
+            )
+            await self._recover_or_raise(turn, error, attempt, len(body))
+            attempt += 1
+        self.conversations.after_response(turn, _usage_of(response.content))
+        out_headers = client_response_headers(response.headers.items())
+        out_headers.update(turn.response_headers())
+        out_headers.pop("content-type", None)
+        self.metrics.finished(turn, arrived, response.status_code)
+        return Response(
+            response.content,
+            status_code=response.status_code,
+            headers=out_headers,
+            media_type=response.headers.get("content-type", "application/json"),
+        )
+
+    async def _open_stream(self, turn: Turn, stack: AsyncExitStack) -> httpx.Response:
+        headers = self._upstream_headers(turn)
+        attempt = 0
+        while True:
+            body = turn.upstream_body()
+            sent = time.perf_counter()
+            try:
+                response = await stack.enter_async_context(
+                    turn.upstream.open_stream(CHAT_PATH, body, headers)
+                )
+            except UpstreamStatus as error:
+                self.metrics.upstream_done(turn, sent, error.status_code)
+                await self._recover_or_raise(turn, error, attempt, len(body))
+                attempt += 1
+                continue
+            self.metrics.upstream_done(turn, sent, response.status_code)
+            return response
+
+    async def _stream(self, turn: Turn, arrived: float) -> Response:
+        stack = AsyncExitStack()
+        try:
+            response = await self._open_stream(turn, stack)
+        except BaseException:
+            await stack.aclose()
+            raise
+        relay = StreamRelay(response, hide_usage=not turn.request.client_wants_usage)
+        out_headers = client_response_headers(response.headers.items())
+        out_headers.pop("content-type", None)
+        out_headers.update(_SSE_HEADERS)
+        out_headers.update(turn.response_headers())
+        return StreamingResponse(
+            self._relay(turn, relay, stack, arrived),
+            status_code=response.status_code,
+            headers=out_headers,
+            media_type="text/event-stream",
+        )
+
+    async def _relay(
+        self, turn: Turn, relay: StreamRelay, stack: AsyncExitStack, arrived: float
+    ) -> AsyncIterator[bytes]:
+        completed = False
+        try:
+            async for chunk in relay.events():
+                yield chunk
+            completed = True
+        finally:
+            # Runs on a client disconnect too, inside a cancelled scope: shield the cleanup so
+            # the upstream connection is really closed (which cancels the generation).
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+                if completed and relay.failed is None:
+                    self.conversations.after_response(turn, relay.usage)
+                self.metrics.finished(turn, arrived, 200 if relay.failed is None else 502)
+
+
+def _usage_of(raw: bytes) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    usage = data.get("usage") if isinstance(data, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+def _with_reason(error: UpstreamStatus, reason: str) -> ProxyError:
+    """The upstream's own error, its message extended with why ctxgate could not recover."""
+    try:
+        data = orjson.loads(error.raw)
+    except orjson.JSONDecodeError:
+        data = None
+    note = f" [ctxgate: context overflow not recoverable: {reason}]"
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        data["error"]["message"] = str(data["error"].get("message") or "") + note
+        raw = orjson.dumps(data)
+    elif isinstance(data, dict) and isinstance(data.get("error"), str):
+        data["error"] = data["error"] + note
+        raw = orjson.dumps(data)
+    else:
+        raw = error.raw
+    headers = dict(error.raw_headers)
+    headers["x-ctxgate-error"] = reason[:200]
+    return UpstreamStatus(error.status_code, raw, headers)

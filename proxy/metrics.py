@@ -1,0 +1,106 @@
+"""Prometheus metrics, one registry per app (so several apps in one process stay apart)."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from proxy.turn import Turn
+
+_LATENCY = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "ctxgate_requests_total", "Chat requests by final status", ["status"], registry=r
+        )
+        self.upstream_latency = Histogram(
+            "ctxgate_upstream_seconds",
+            "Upstream call latency (headers received)",
+            ["upstream"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "ctxgate_overhead_seconds",
+            "Time ctxgate spent before forwarding (parsing, session, triggers, compression)",
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.compressions = Counter(
+            "ctxgate_compressions_total",
+            "Compressions by trigger and outcome",
+            ["trigger", "outcome"],
+            registry=r,
+        )
+        self.tokens_before = Counter(
+            "ctxgate_compression_tokens_before_total",
+            "Tokens of views before compression",
+            registry=r,
+        )
+        self.tokens_after = Counter(
+            "ctxgate_compression_tokens_after_total",
+            "Tokens of views after compression",
+            registry=r,
+        )
+        self.overflows = Counter(
+            "ctxgate_overflow_errors_total", "Upstream context-overflow errors seen", registry=r
+        )
+        self.active_sessions = Gauge(
+            "ctxgate_active_sessions", "Sessions seen in the last 15 minutes", registry=r
+        )
+        self._recent: dict[str, float] = {}
+
+    def prepared(self, turn: Turn, seconds: float) -> None:
+        self.overhead.observe(seconds)
+        for note in turn.notes:
+            self.compression(note.trigger, note.outcome, note.tokens_before, note.tokens_after)
+        now = time.monotonic()
+        self._recent[turn.key.key] = now
+        if len(self._recent) > 10_000 or int(now) % 30 == 0:
+            self._recent = {k: t for k, t in self._recent.items() if now - t < 900}
+        self.active_sessions.set(len(self._recent))
+
+    def compression(self, trigger: str, outcome: str, before: int, after: int) -> None:
+        self.compressions.labels(trigger, outcome).inc()
+        self.tokens_before.inc(before)
+        self.tokens_after.inc(after)
+
+    def upstream_done(self, turn: Turn, sent: float, status: int) -> None:
+        self.upstream_latency.labels(turn.upstream.settings.name).observe(
+            time.perf_counter() - sent
+        )
+
+    def overflow(self, turn: Turn) -> None:
+        self.overflows.inc()
+
+    def finished(self, turn: Turn, arrived: float, status: int) -> None:
+        self.requests.labels(str(status)).inc()
+
+    def error(self, status: int) -> None:
+        self.requests.labels(str(status)).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,139 @@
+"""Thin HTTP handlers; the work happens in Gateway and Conversations."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response
+
+from proxy.errors import BadRequest, NotFound, PayloadTooLarge
+from proxy.headers import upstream_request_headers
+from proxy.identity import scope_for
+from storage import SessionKey, StorageError
+
+if TYPE_CHECKING:
+    from proxy.app import Services
+
+router = APIRouter()
+
+
+def services_of(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it exceeds `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"The request body exceeds ctxgate's limit of {limit} bytes.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"The request body exceeds ctxgate's limit of {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@router.post("/v1/chat/completions", include_in_schema=True)
+@router.post("/chat/completions", include_in_schema=False)
+async def chat_completions(request: Request) -> Response:
+    services = services_of(request)
+    raw = await read_body(request, services.settings.server.max_body_bytes)
+    return await services.gateway.chat(request.headers, raw)
+
+
+@router.get("/v1/models")
+@router.get("/models", include_in_schema=False)
+async def list_models(request: Request) -> Response:
+    """The upstreams' model lists merged (first upstream wins on duplicate ids)."""
+    services = services_of(request)
+    services.auth.client_credential(request.headers)
+    forward = services.auth.forwardable(request.headers)
+    calls = [
+        up.call("GET", "/models", None, upstream_request_headers(forward.items(), up.settings))
+        for up in services.upstreams.values()
+    ]
+    answers = await asyncio.gather(*calls, return_exceptions=True)
+    merged: dict[str, Any] = {}
+    for answer in answers:
+        if isinstance(answer, BaseException) or answer.status_code != 200:
+            continue
+        try:
+            data = orjson.loads(answer.content).get("data") or []
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+        for model in data:
+            if isinstance(model, dict) and isinstance(model.get("id"), str):
+                merged.setdefault(model["id"], model)
+    for rule in services.settings.models:
+        if not any(ch in rule.match for ch in "*?["):
+            merged.setdefault(
+                rule.match,
+                {"id": rule.match, "object": "model", "created": 0, "owned_by": rule.upstream},
+            )
+    return JSONResponse({"object": "list", "data": list(merged.values())})
+
+
+@router.get("/healthz")
+async def healthz() -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> Response:
+    try:
+        await services_of(request).store.ping()
+    except StorageError as exc:
+        return JSONResponse({"status": "unavailable", "reason": str(exc)}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    body = services_of(request).metrics.render()
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.post("/v1/sessions/{session_id}/compress")
+async def compress_session(session_id: str, request: Request) -> Response:
+    """Compress a session now (its most recent view), optionally around a focus topic."""
+    services = services_of(request)
+    credential = services.auth.client_credential(request.headers)
+    raw = await read_body(request, 64 * 1024)
+    focus = None
+    if raw.strip():
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"The request body is not valid JSON: {exc}") from exc
+        focus = payload.get("focus") if isinstance(payload, dict) else None
+        if focus is not None and not isinstance(focus, str):
+            raise BadRequest("'focus' must be a string.", param="focus")
+    key = SessionKey(scope_for(credential), session_id)
+    done = await services.conversations.compress_now(key, focus)
+    if done is None:
+        raise NotFound(
+            f"No recent request of session '{session_id}' is held by this ctxgate process; "
+            "send a request first.",
+            code="session_not_found",
+        )
+    turn, attempt = done
+    note = turn.notes[-1] if turn.notes else None
+    return JSONResponse(
+        {
+            "session_id": turn.key.key,
+            "compressed": attempt.changed,
+            "outcome": attempt.outcome,
+            "error": attempt.error,
+            "tokens_before": note.tokens_before if note else None,
+            "tokens_after": note.tokens_after if note else None,
+            "checkpoint_id": note.checkpoint_id if note else None,
+            "messages_after": len(turn.view),
+        }
+    )

@@ -1,0 +1,105 @@
+"""Relaying an upstream SSE stream event by event, sniffing only what ctxgate needs.
+
+Events are forwarded as soon as they are complete, byte for byte. The relay notes the usage
+chunk (and drops it when ctxgate asked for it on the client's behalf), notices a finish, and
+turns a broken upstream into one `data: {"error": …}` event, which the OpenAI SDK raises.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+_FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
+_ERROR = re.compile(rb'^\s*\{\s*"error"\s*:')
+_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*(\[\s*\]|null)')
+_SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
+
+
+def error_event(message: str, type_: str = "upstream_error", code: str | None = None) -> bytes:
+    error = {"message": message, "type": type_, "param": None, "code": code}
+    return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+
+
+def _split(buffer: bytes) -> tuple[list[bytes], bytes]:
+    events: list[bytes] = []
+    while True:
+        best, width = -1, 0
+        for sep in _SEPARATORS:
+            at = buffer.find(sep)
+            if at != -1 and (best == -1 or at < best):
+                best, width = at, len(sep)
+        if best == -1:
+            return events, buffer
+        events.append(buffer[: best + width])
+        buffer = buffer[best + width :]
+
+
+def _data(event: bytes) -> bytes:
+    lines = [line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:")]
+    return b"\n".join(lines)
+
+
+class StreamRelay:
+    """Iterate `relay.events()` to get the bytes for the client; read results afterwards."""
+
+    def __init__(self, response: httpx.Response, *, hide_usage: bool) -> None:
+        self._response = response
+        self._hide_usage = hide_usage
+        self.usage: dict[str, Any] | None = None
+        self.finished = False
+        self.failed: str | None = None
+        self.content_chunks = 0
+
+    def _inspect(self, event: bytes) -> bool:
+        """Note what the event says; False when it must not reach the client."""
+        data = _data(event)
+        if not data:
+            return True
+        if data.strip() == b"[DONE]":
+            self.finished = True
+            return True
+        if _ERROR.match(data):
+            self.failed = "upstream sent an error event"
+            self.finished = True
+            return True
+        if _FINISH.search(data):
+            self.finished = True
+        self.content_chunks += 1
+        if _USAGE.search(data):
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return True
+            usage = chunk.get("usage") if isinstance(chunk, dict) else None
+            if isinstance(usage, dict):
+                self.usage = usage
+                if self._hide_usage and _EMPTY_CHOICES.search(data):
+                    return False
+        return True
+
+    async def events(self) -> AsyncIterator[bytes]:
+        buffer = b""
+        try:
+            async for piece in self._response.aiter_raw():
+                buffer += piece
+                events, buffer = _split(buffer)
+                out = b"".join(e for e in events if self._inspect(e))
+                if out:
+                    yield out
+        except httpx.HTTPError as exc:
+            self.failed = f"upstream stream broke: {type(exc).__name__}"
+            yield error_event(f"The upstream stream was interrupted ({type(exc).__name__}).")
+            return
+        if buffer.strip():
+            tail = buffer + b"\n\n"
+            if self._inspect(tail):
+                yield tail
+        if not self.finished:
+            self.failed = "upstream closed the stream without finishing"
+            yield error_event("The upstream closed the stream before the response was complete.")

@@ -1,0 +1,96 @@
+"""Calls to upstream providers over one shared httpx client.
+
+httpx exceptions are translated into proxy errors here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import httpx
+
+from proxy.errors import ProxyError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
+from proxy.headers import client_response_headers
+from proxy.settings import UpstreamSettings
+
+
+def new_http_client() -> httpx.AsyncClient:
+    """The pooled client every upstream call goes through (no redirects: base URLs are config)."""
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=60)
+    return httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False)
+
+
+def map_transport_error(exc: httpx.HTTPError, upstream: UpstreamSettings) -> ProxyError:
+    """The proxy error for an httpx failure (never includes credentials)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout(f"The upstream '{upstream.name}' did not answer in time.")
+    return UpstreamUnavailable(
+        f"The upstream '{upstream.name}' could not be reached: {type(exc).__name__}."
+    )
+
+
+class Upstream:
+    """One configured provider."""
+
+    def __init__(self, settings: UpstreamSettings, client: httpx.AsyncClient) -> None:
+        self.settings = settings
+        self._client = client
+        self._timeout = httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout_s: float | None = None,
+    ) -> httpx.Request:
+        timeout = self._timeout
+        if timeout_s is not None:
+            timeout = httpx.Timeout(timeout_s, connect=self.settings.connect_timeout_s)
+        return self._client.build_request(
+            method, self.settings.base_url + path, content=body, headers=headers, timeout=timeout
+        )
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        *,
+        timeout_s: float | None = None,
+    ) -> httpx.Response:
+        """Send and read the whole answer; non-2xx answers come back as responses, not errors."""
+        request = self._request(method, path, body, headers, timeout_s)
+        try:
+            return await self._client.send(request)
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc, self.settings) from exc
+
+    @asynccontextmanager
+    async def open_stream(
+        self, path: str, body: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[httpx.Response]:
+        """Send and return once the status line and headers arrived; the body stays unread.
+
+        A non-2xx status is read fully and raised as `UpstreamStatus`.
+        """
+        request = self._request("POST", path, body, headers)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc, self.settings) from exc
+        try:
+            if response.status_code >= 400:
+                try:
+                    raw = await response.aread()
+                except httpx.HTTPError as exc:
+                    raise map_transport_error(exc, self.settings) from exc
+                raise UpstreamStatus(
+                    response.status_code, raw, client_response_headers(response.headers.items())
+                )
+            yield response
+        finally:
+            await response.aclose()

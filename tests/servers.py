@@ -1,0 +1,107 @@
+"""Run ctxgate for real on a loopback port, in a background thread (tests and benchmarks)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from proxy.app import create_app
+from proxy.settings import Settings, parse_settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ProxyServer:
+    """`with ProxyServer(settings) as proxy: proxy.base_url` — a real uvicorn on 127.0.0.1."""
+
+    def __init__(self, settings: Settings, *, port: int | None = None, **app_kwargs: Any) -> None:
+        self.settings = settings
+        self.port = port or free_port()
+        self.app = create_app(settings, **app_kwargs)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+        )
+        self.server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.server.serve()
+
+    def run(self, coro: Any, timeout: float = 30) -> Any:
+        """Run a coroutine on the server's event loop (its database connections live there)."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def services(self) -> Any:
+        return self.app.state.services
+
+    def start(self) -> ProxyServer:
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._main()), daemon=True, name=f"ctxgate-{self.port}"
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("ctxgate did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+
+    def __enter__(self) -> ProxyServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def settings_for(
+    upstream_url: str,
+    db_path: str,
+    *,
+    models: list[dict[str, Any]] | None = None,
+    compression: dict[str, Any] | None = None,
+    storage: dict[str, Any] | None = None,
+    api_key: str | None = "sk-upstream-test",
+    **extra: Any,
+) -> Settings:
+    """Settings pointing at a simulator, with a SQLite file under a temp dir."""
+    upstream: dict[str, Any] = {"base_url": upstream_url, "timeout_s": 10}
+    if api_key is not None:
+        upstream["api_key"] = api_key
+    document: dict[str, Any] = {
+        "upstreams": {"sim": upstream},
+        "models": models or [{"match": "*", "upstream": "sim", "context_length": 128000}],
+        "storage": {"url": f"sqlite+aiosqlite:///{db_path}", **(storage or {})},
+        "compression": compression or {},
+        "logging": {"json": False, "level": "warning"},
+        **extra,
+    }
+    return parse_settings(document, {})

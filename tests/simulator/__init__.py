@@ -1,0 +1,54 @@
+"""OpenAI-compatible provider simulator for ctxgate's tests and benchmarks.
+
+    from tests.simulator import Simulator, ModelSpec, Reply, Fail, Hang, Disconnect, Received
+
+See README.md in this directory.
+"""
+
+from .dialects import overflow_error, requested_max_tokens, tool_pairing_problems
+from .models import (
+    DIALECTS,
+    Behaviour,
+    Disconnect,
+    Fail,
+    Hang,
+    ModelSpec,
+    Received,
+    Reply,
+    StreamError,
+)
+from .replies import (
+    END_OF_SUMMARY_MARKER,
+    SUMMARY_HEADINGS,
+    SUMMARY_MARKER,
+    build_summary,
+    default_reply,
+    is_summary_request,
+)
+from .server import Simulator
+from .tokens import count_prompt_tokens, count_text, get_encoding
+
+__all__ = [
+    "DIALECTS",
+    "END_OF_SUMMARY_MARKER",
+    "SUMMARY_HEADINGS",
+    "SUMMARY_MARKER",
+    "Behaviour",
+    "Disconnect",
+    "Fail",
+    "Hang",
+    "ModelSpec",
+    "Received",
+    "Reply",
+    "Simulator",
+    "StreamError",
+    "build_summary",
+    "count_prompt_tokens",
+    "count_text",
+    "default_reply",
+    "get_encoding",
+    "is_summary_request",
+    "overflow_error",
+    "requested_max_tokens",
+    "tool_pairing_problems",
+]

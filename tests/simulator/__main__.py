@@ -1,0 +1,109 @@
+"""Run the provider simulator standalone:
+
+    python -m tests.simulator --port 9000 --window 8192 [--dialect vllm] \
+        [--model gpt-4o-mini=8192:openai ...] [--chunk-delay 0.02] [--api-key sk-test] [-v]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Any
+
+from .models import DIALECTS, ModelSpec, Received
+from .server import Simulator
+
+
+def _model_arg(text: str) -> tuple[str, int, str]:
+    name, _, rest = text.partition("=")
+    window, _, dialect = rest.partition(":")
+    if not name or not window.isdigit():
+        raise argparse.ArgumentTypeError("expected NAME=WINDOW[:DIALECT]")
+    return name, int(window), dialect or "openai"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.simulator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument(
+        "--window", type=int, default=128_000, help="window of unknown/default models"
+    )
+    parser.add_argument(
+        "--dialect", choices=DIALECTS, default="openai", help="default model's dialect"
+    )
+    parser.add_argument("--token-factor", type=float, default=1.0)
+    parser.add_argument("--no-stream-usage", action="store_true", help="never send the usage chunk")
+    parser.add_argument(
+        "--model",
+        action="append",
+        type=_model_arg,
+        default=[],
+        metavar="NAME=WINDOW[:DIALECT]",
+        help="a configured model (repeatable)",
+    )
+    parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between SSE chunks")
+    parser.add_argument("--api-key", default=None, help="require this key (401 otherwise)")
+    parser.add_argument(
+        "--validate-messages",
+        action="store_true",
+        help="reject broken tool-call pairing with OpenAI's 400",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="print one line per request")
+    args = parser.parse_args(argv)
+
+    def spec(window: int, dialect: str) -> ModelSpec:
+        return ModelSpec(
+            window=window,
+            dialect=dialect,
+            token_factor=args.token_factor,
+            stream_usage=not args.no_stream_usage,
+        )
+
+    sim = Simulator(
+        models={name: spec(window, dialect) for name, window, dialect in args.model},
+        default=spec(args.window, args.dialect),
+        required_api_key=args.api_key,
+        chunk_delay_s=args.chunk_delay,
+        validate_messages=args.validate_messages,
+        host=args.host,
+        port=args.port,
+    )
+    if args.verbose:
+
+        def log(rec: Received) -> None:
+            extra = f" prompt_tokens={rec.prompt_tokens}" if rec.prompt_tokens is not None else ""
+            summary = " [summary request]" if rec.is_summary else ""
+            print(
+                f"{rec.method} {rec.path} model={rec.model}{extra}{summary}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        sim.on_request = log
+
+    stopped = threading.Event()
+
+    def on_signal(*_: Any) -> None:
+        stopped.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    sim.start()
+    print(f"provider simulator listening on {sim.base_url}", flush=True)
+    try:
+        while not stopped.wait(0.5):
+            pass
+    finally:
+        sim.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
