@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from compression.engine import ContextEngine
 from compression.options import CompressorOptions
+from proxy.admin import router as admin_router
 from proxy.auth import Authenticator
 from proxy.compaction import Compactor
 from proxy.conversations import Conversations
@@ -34,12 +35,14 @@ log = logging.getLogger("ctxgate")
 def engine_options(settings: Settings) -> dict[str, Any]:
     """The built-in engine's options: the top-level thresholds plus `compression.options`."""
     c = settings.compression
-    return {
+    options: dict[str, Any] = {
         "threshold": c.threshold,
         "hygiene_threshold": c.hygiene_threshold,
         "hygiene_max_messages": c.hygiene_max_messages,
-        **c.options,
     }
+    if c.summary.context_length:
+        options["summary_model_context_length"] = c.summary.context_length
+    return {**options, **c.options}
 
 
 def trigger_options(settings: Settings) -> CompressorOptions:
@@ -160,6 +163,7 @@ def create_app(
         title="ctxgate", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.include_router(router)
+    app.include_router(admin_router)
 
     async def on_proxy_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ProxyError)

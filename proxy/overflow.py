@@ -55,6 +55,7 @@ _PATTERNS = re.compile(
             r"maximum prompt length",
             r"reduce the length of the messages",
             r"`inputs` must have less than",
+            r"`inputs` tokens \+ `max_new_tokens` must be",
             r"prompt token count of \d+ exceeds",
             r"exceeded model token limit",
             r"context window exceeds limit",

@@ -38,7 +38,9 @@ _PATH_RE = re.compile(rf"(?<![\w/.:-])(?:\.{{1,2}}/|~/)?(?:[\w.-]+/)*[\w-]+\.(?:
 _ABS_PATH_RE = re.compile(r"(?<![\w/.:-])/(?:[\w.-]+/)+[\w.-]+")
 _USER_LINE_RE = re.compile(r"^\s*(?:USER:|\[user\])", re.IGNORECASE)
 _ASSISTANT_LINE_RE = re.compile(r"^\s*(?:ASSISTANT:|\[assistant\])", re.IGNORECASE)
-_CONSTRAINT_RE = re.compile(r"\b(?:must|never|always|do not|don't)\b", re.IGNORECASE)
+_CONSTRAINT_RE = re.compile(
+    r"\b(?:must|never|always|do not|don't|constraint|deadline|keep|use)\b", re.IGNORECASE
+)
 _ERROR_RE = re.compile(r"error", re.IGNORECASE)
 
 
@@ -91,24 +93,71 @@ def _dedupe(items: list[str], limit: int) -> list[str]:
     return list(seen)
 
 
+_BLOCK_RE = re.compile(r"^\[#\d+ ([A-Z][A-Z ]*)")
+_BULLET_RE = re.compile(r"^\s*(?:[-*]\s+|\d+\.\s+)+")
+_PREVIOUS_RE = re.compile(r"<previous_summary>(.*?)</previous_summary>", re.DOTALL)
+
+
+def _blocks(text: str) -> list[tuple[str, list[str]]]:
+    """Turns serialised as `[#N ROLE ...]` header lines, each with its following lines."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        match = _BLOCK_RE.match(line.strip())
+        if match:
+            blocks.append((match.group(1).strip(), []))
+        elif line.strip().startswith("</"):
+            blocks.append(("", []))  # the end of the turns: instructions follow, not a turn
+        elif blocks and line.strip():
+            blocks[-1][1].append(line.strip())
+    return blocks
+
+
+def _previous_section(text: str, heading: str) -> list[str]:
+    """Bullet lines under `## heading` of a previous summary embedded in the prompt."""
+    match = _PREVIOUS_RE.search(text)
+    if not match:
+        return []
+    out: list[str] = []
+    inside = False
+    for line in match.group(1).splitlines():
+        if line.startswith("## "):
+            inside = line[3:].strip() == heading
+        elif inside and line.strip() and not line.strip().startswith("- None"):
+            out.append(_BULLET_RE.sub("", line).strip())
+    return out
+
+
 def build_summary(body: Any) -> str:
-    """A deterministic handoff summary built from the text of the summarization prompt."""
+    """A deterministic handoff summary built from the text of the summarization prompt.
+
+    It keeps what a careful summarizer keeps — what the user asked (and the previous summary's
+    record of it), errors, paths — so evaluations can see what survives compression.
+    """
     text = last_message_text(body, ("user",))
     lines = [ln.rstrip() for ln in text.splitlines()]
     content_lines = [
-        ln for ln in lines if ln.strip() and not any(h in ln for h in SUMMARY_HEADINGS)
+        _BULLET_RE.sub("", ln).strip()
+        for ln in lines
+        if ln.strip() and not any(h in ln for h in SUMMARY_HEADINGS)
     ]
-    user_lines = _dedupe([ln.strip()[:80] for ln in content_lines if _USER_LINE_RE.match(ln)], 40)
-    assistant_lines = _dedupe(
-        [ln.strip()[:80] for ln in content_lines if _ASSISTANT_LINE_RE.match(ln)], 8
+    blocks = _blocks(text)
+    user_turns = [" ".join(body_lines)[:160] for role, body_lines in blocks if role == "USER"]
+    user_lines = _dedupe(
+        _previous_section(text, "Historical Task Snapshot")
+        + user_turns
+        + [ln[:80] for ln in content_lines if _USER_LINE_RE.match(ln)],
+        40,
     )
-    errors = _dedupe([ln.strip()[:120] for ln in content_lines if _ERROR_RE.search(ln)], 8)
+    assistant_lines = _dedupe(
+        _previous_section(text, "Completed Actions")
+        + [" ".join(b)[:100] for role, b in blocks if role == "ASSISTANT" and b]
+        + [ln[:80] for ln in content_lines if _ASSISTANT_LINE_RE.match(ln)],
+        8,
+    )
+    errors = _dedupe([ln[:120] for ln in content_lines if _ERROR_RE.search(ln)], 8)
     constraints = _dedupe(
-        [
-            ln.strip()[:120]
-            for ln in content_lines
-            if _USER_LINE_RE.match(ln) and _CONSTRAINT_RE.search(ln)
-        ],
+        _previous_section(text, "Constraints & Preferences")
+        + [line for line in user_lines if _CONSTRAINT_RE.search(line)],
         6,
     )
     paths = _dedupe(

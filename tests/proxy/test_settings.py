@@ -1,0 +1,72 @@
+"""Config: one YAML file validated once, errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.settings import SettingsError, load_settings, parse_settings
+
+BASE = {
+    "upstreams": {"openai": {"base_url": "https://api.example.com/v1/", "api_key": "${KEY}"}},
+    "models": [{"match": "gpt-4o*", "upstream": "openai", "context_length": 128000}],
+}
+
+
+def test_example_config_loads() -> None:
+    example = Path(__file__).parents[2] / "config.example.yaml"
+    settings = load_settings(example, {"OPENAI_API_KEY": "sk-1"})
+    assert settings.upstreams["openai"].api_key == "sk-1"
+    assert settings.compression.threshold == 0.5
+    assert settings.rule_for("gpt-4o-mini") is settings.models[0]
+    assert settings.rule_for("anything") is settings.models[-1]
+
+
+def test_interpolation_and_defaults() -> None:
+    doc = {**BASE, "server": {"port": "${PORT:-9000}"}}
+    settings = parse_settings(doc, {"KEY": "secret"})
+    assert settings.upstreams["openai"].api_key == "secret"
+    assert settings.upstreams["openai"].base_url == "https://api.example.com/v1"
+    assert settings.server.port == 9000
+    assert settings.storage.url.startswith("sqlite+aiosqlite://")
+
+
+def test_missing_variable_means_no_key() -> None:
+    settings = parse_settings(BASE, {})
+    assert settings.upstreams["openai"].api_key is None
+
+
+def test_no_config_file_uses_the_environment() -> None:
+    settings = load_settings(None, {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+    assert settings.upstreams["default"].base_url == "http://127.0.0.1:9/v1"
+    assert settings.rule_for("any-model") is not None
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"server": {"port": "eighty"}}, "server.port: expected an integer"),
+        ({"server": {"prot": 1}}, "server.prot: unknown key"),
+        ({"compression": {"threshold": 1.5}}, "compression.threshold: must be in (0, 1]"),
+        ({"compression": {"summary": {"upstream": "nope"}}}, "compression.summary.upstream"),
+        ({"models": [{"match": "*", "upstream": "missing"}]}, "models[0].upstream: unknown"),
+        ({"models": []}, "models: expected a non-empty list"),
+        ({"storage": {"url": "mysql://x"}}, "storage.url"),
+        ({"upstreams": {"a": {"base_url": "ftp://x"}}}, "upstreams.a.base_url"),
+        ({"auth": {"keys": "one"}}, "auth.keys: expected a list"),
+        ({"logging": {"level": "loud"}}, "logging.level"),
+    ],
+)
+def test_errors_name_the_key(patch: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingsError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        parse_settings({**BASE, **patch}, {})
+
+
+def test_unreadable_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="cannot read config file"):
+        load_settings(tmp_path / "absent.yaml", {})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("upstreams: [unclosed\n")
+    with pytest.raises(SettingsError, match="invalid YAML"):
+        load_settings(bad, {})
