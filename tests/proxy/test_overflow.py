@@ -103,8 +103,8 @@ OPENROUTER = body(
             "message": "Provider returned error",
             "code": 400,
             "metadata": {
-                "raw": "This endpoint's maximum context length is 8192 tokens. However, you requested about "
-                "9000 tokens"
+                "raw": "This endpoint's maximum context length is 8192 tokens. "
+                "However, you requested about 9000 tokens"
             },
         }
     }
