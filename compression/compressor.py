@@ -1,0 +1,383 @@
+"""The built-in context engine: prune, cut, summarize, assemble, verify.
+
+    plan (pure) -> summary call (the only I/O) -> assemble + sanitize (pure) -> invariants
+
+A pass either commits a smaller view ("compressed", or "fallback" when the summary model
+failed and a mechanical summary stood in) or returns the input unchanged with the reason
+("skipped", "noop", "aborted", "rejected"). Every decision that must outlive the request is
+in the returned `EngineState`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from compression.assembly import assemble
+from compression.carry import carry_candidates, select_carried
+from compression.content import content_text
+from compression.engine import CompressionContext, CompressionResult, Outcome
+from compression.failures import SummaryFailure, cooldown_seconds
+from compression.fallback import fallback_summary
+from compression.handoff import Handoff, handoff_text, parse_handoff, view_summaries
+from compression.invariants import CompressionInvariantError, check_invariants
+from compression.ledger import Ledger
+from compression.options import CompressorOptions
+from compression.planning import (
+    MARKER_TOKENS,
+    MAX_LEVEL,
+    CutPlan,
+    budgets_for,
+    head_end,
+    plan_cut,
+    summary_tokens,
+    worth_summarizing,
+)
+from compression.pruning import one_liner, prune_messages
+from compression.state import (
+    EngineState,
+    blocked_reason,
+    start_attempt,
+    with_committed,
+    with_failure,
+    with_noop,
+    with_strike,
+    with_summary_success,
+    without_foreign_summary,
+)
+from compression.summary import (
+    SummaryPrompt,
+    build_call,
+    cut_to_budget,
+    gate_reply,
+    prompt_overhead,
+    request_summary,
+    size_call,
+)
+from compression.summary_input import bounded_previous, fit_records, render_records
+from compression.thresholds import Limits, limits_for
+from compression.toolpairs import (
+    ToolPairing,
+    call_parts,
+    pair_tool_calls,
+    sanitize_tool_pairs,
+    tool_calls_of,
+)
+from compression.types import Message
+
+log = logging.getLogger(__name__)
+
+EXACT_CHECK_WINDOW = 32_768  # small summary windows get an exact token count of the prompt
+NO_SUMMARIZER = "no summarizer configured"
+
+
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """Everything one compression pass reads, computed once."""
+
+    view: list[Message]
+    ctx: CompressionContext
+    options: CompressorOptions
+    limits: Limits
+    ledger: Ledger
+    pairing: ToolPairing
+    figure: int  # the caller's real/anchored token figure, else the estimate
+
+    @property
+    def calibration(self) -> float:
+        if self.ctx.current_tokens is None or self.ledger.total <= 0:
+            return 1.0
+        return min(max(self.figure / self.ledger.total, 0.5), 2.0)
+
+    def unchanged(
+        self,
+        outcome: Outcome,
+        state: EngineState,
+        error: str | None = None,
+        failure_class: str | None = None,
+    ) -> CompressionResult:
+        return CompressionResult(
+            messages=self.view,
+            outcome=outcome,
+            state=state,
+            tokens_before=self.figure,
+            tokens_after=self.figure,
+            error=error,
+            failure_class=failure_class,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Summary:
+    body: str
+    failure: SummaryFailure | None  # set when the body is the deterministic fallback
+    pruned: int
+
+
+class Compressor:
+    """The built-in engine (`compression.engine: compressor`)."""
+
+    name = "compressor"
+
+    def __init__(self, options: CompressorOptions | None = None) -> None:
+        self.options = options or CompressorOptions()
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None) -> Compressor:
+        return cls(CompressorOptions.from_mapping(options))
+
+    def limits(self, context_length: int, max_output_tokens: int | None) -> Limits:
+        return limits_for(self.options, context_length, max_output_tokens)
+
+    async def compress(
+        self, messages: Sequence[Message], ctx: CompressionContext
+    ) -> CompressionResult:
+        view = list(messages)
+        ledger = Ledger.measure(view, ctx.counter, ctx.tools)
+        run = _Pass(
+            view=view,
+            ctx=ctx,
+            options=self.options,
+            limits=self.limits(ctx.context_length, ctx.max_output_tokens),
+            ledger=ledger,
+            pairing=pair_tool_calls(view),
+            figure=ctx.current_tokens if ctx.current_tokens is not None else ledger.total,
+        )
+        state = without_foreign_summary(ctx.state, view_summaries(view))
+        reason = _skip_reason(run, state)
+        if reason is not None:
+            return run.unchanged("skipped", state, reason)
+        state = start_attempt(state)
+        plan = _plan(run, state)
+        if not worth_summarizing(plan, ledger, run.limits.threshold):
+            return run.unchanged("noop", with_noop(state, ctx.now), "nothing to compress")
+        hopeless = _hopeless(run, plan)
+        if hopeless is not None:
+            return run.unchanged("rejected", with_strike(state, ctx.now), hopeless)
+        summary = await _summarize(run, plan)
+        if isinstance(summary, SummaryFailure):
+            state = _failed(run, state, summary)
+            return run.unchanged("aborted", state, summary.describe(), summary.kind)
+        state = _summary_state(run, state, summary)
+        try:
+            return _finish(run, plan, summary, state)
+        except CompressionInvariantError as error:
+            # A bug, never a result: the caller goes on with the view it had.
+            log.error("compressed view failed the invariant check: %s", error)
+            return run.unchanged("aborted", state, f"internal error: {error}", "invariant")
+
+
+def _skip_reason(run: _Pass, state: EngineState) -> str | None:
+    if not run.view:
+        return "empty view"
+    if run.ctx.force or run.ctx.trigger == "hygiene":
+        return None
+    if run.figure < run.limits.threshold:
+        return f"under the threshold ({run.figure:,} < {run.limits.threshold:,} tokens)"
+    return blocked_reason(state, run.ctx.now)
+
+
+def _plan(run: _Pass, state: EngineState) -> CutPlan:
+    """The least aggressive plan whose estimated result fits under the target."""
+    decayed = state.compression_count > 0 or any(handoff_text(m) is not None for m in run.view)
+    head = head_end(run.view, run.options.protect_first_n, decayed)
+    fixed = run.ledger.base + run.ledger.span(0, head)
+    plan: CutPlan | None = None
+    for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
+        budgets = budgets_for(run.options, run.limits, fixed, level)
+        candidate = plan_cut(run.view, run.ledger, run.pairing, head, budgets, level)
+        if candidate.empty:
+            continue
+        plan = candidate
+        if _estimate(run, candidate) <= budgets.target:
+            break
+    return plan or plan_cut(
+        run.view,
+        run.ledger,
+        run.pairing,
+        head,
+        budgets_for(run.options, run.limits, fixed, MAX_LEVEL),
+        MAX_LEVEL,
+    )
+
+
+def _estimate(run: _Pass, plan: CutPlan, *, with_summary: bool = True) -> int:
+    """Tokens of the planned view; without the summary it is a floor no summary can beat."""
+    ledger = run.ledger
+    extra = sum(ledger.tokens[i] for i in (plan.restate, plan.reply) if i is not None)
+    summary = summary_tokens(run.options, plan, ledger, run.limits.context_length)
+    return (
+        ledger.base
+        + ledger.span(0, plan.head_end)
+        + ledger.span(plan.tail_start, len(run.view))
+        + (summary + MARKER_TOKENS if with_summary else 0)
+        + extra
+    )
+
+
+def _hopeless(run: _Pass, plan: CutPlan) -> str | None:
+    """Why no summary could make this plan acceptable (so none is requested), if so."""
+    if plan.level < MAX_LEVEL:
+        return None
+    floor = _estimate(run, plan, with_summary=False)
+    if floor >= run.ledger.total:
+        return f"the messages that must stay verbatim ({floor:,} tokens) are not smaller"
+    limit = _limit(run)
+    if not run.ctx.force and int(floor * run.calibration) >= limit:
+        return f"the messages that must stay verbatim ({floor:,} tokens) are over {limit:,}"
+    return None
+
+
+def _limit(run: _Pass) -> int:
+    """The size a result must stay under (hygiene passes only need to clear the hygiene line)."""
+    return run.limits.hygiene_tokens if run.ctx.trigger == "hygiene" else run.limits.threshold
+
+
+def _previous_summary(view: Sequence[Message], start: int, end: int) -> str | None:
+    bodies = []
+    for message in view[start:end]:
+        text = handoff_text(message)
+        parsed = parse_handoff(text) if text is not None else None
+        if parsed is not None and parsed.handoff.body:
+            bodies.append(parsed.handoff.body)
+    return "\n\n".join(bodies) or None
+
+
+def _tokens_per_char(run: _Pass, start: int, end: int) -> float:
+    chars = 0
+    for message in run.view[start:end]:
+        chars += len(content_text(message)) + 16
+        for call in tool_calls_of(message):
+            chars += len(call_parts(call)[1] or "") + 16
+    return min(max(run.ledger.span(start, end) / max(chars, 1), 0.2), 1.0)
+
+
+async def _summarize(run: _Pass, plan: CutPlan) -> _Summary | SummaryFailure:
+    """The model's summary, or the deterministic fallback; a failure only when aborting."""
+    ctx, options, counter = run.ctx, run.options, run.ctx.counter
+    start, end = plan.head_end, plan.tail_start
+    pruned = prune_messages(run.view, start, end, options, one_liners=False, pairing=run.pairing)
+    previous = _previous_summary(run.view, start, end)
+    window = (
+        ctx.summary_context_length or options.summary_model_context_length or ctx.context_length
+    )
+    budget = summary_tokens(options, plan, run.ledger, run.limits.context_length)
+    size = size_call(budget, window, options.summary_input_max_tokens, prompt_overhead(counter))
+    ratio = _tokens_per_char(run, start, end)
+    previous_text = bounded_previous(previous, size.input_tokens * 3 // 10, ratio)
+    room = size.input_tokens - (int(len(previous_text) * ratio) if previous_text else 0)
+    records = render_records(run.view, pruned.messages, start, end, run.pairing, options)
+
+    def one_line(index: int) -> str:
+        return one_liner(run.view, index, run.pairing)
+
+    turns = fit_records(records, room, ratio, one_line)
+    prompt = SummaryPrompt(turns, previous_text, size.budget, ctx.focus)
+    call = build_call(prompt, size.max_tokens, options.summary_model)
+    if window <= EXACT_CHECK_WINDOW:
+        over = counter.count_messages(call.messages) + size.max_tokens - int(window * 0.97)
+        if over > 0:
+            turns = fit_records(records, max(64, room - over), ratio, one_line)
+            call = build_call(replace(prompt, turns=turns), size.max_tokens, options.summary_model)
+    if ctx.summarize is None:
+        gated: str | SummaryFailure = SummaryFailure("other", NO_SUMMARIZER)
+    else:
+        reply = await request_summary(ctx.summarize, call, options.summary_timeout)
+        gated = (
+            reply if isinstance(reply, SummaryFailure) else gate_reply(reply, size.budget, counter)
+        )
+    if isinstance(gated, str):
+        return _Summary(gated, None, len(pruned.pruned))
+    if gated.aborts or options.abort_on_summary_failure:
+        return gated
+    return _Summary(_fallback(run, plan, previous, gated, size.budget), gated, len(pruned.pruned))
+
+
+def _fallback(
+    run: _Pass, plan: CutPlan, previous: str | None, failure: SummaryFailure, budget: int
+) -> str:
+    reason = "no summary model configured" if run.ctx.summarize is None else failure.kind
+    text = fallback_summary(run.view, plan.head_end, plan.tail_start, run.pairing, previous, reason)
+    return cut_to_budget(text, budget, run.ctx.counter)
+
+
+def _failed(run: _Pass, state: EngineState, failure: SummaryFailure) -> EngineState:
+    streak = state.failure_streak.get(failure.kind, 0) + 1
+    seconds = cooldown_seconds(failure.kind, streak, run.options.cooldowns)
+    return with_failure(state, failure.kind, seconds, run.ctx.now)
+
+
+def _summary_state(run: _Pass, state: EngineState, summary: _Summary) -> EngineState:
+    if summary.failure is None:
+        return with_summary_success(state)
+    if run.ctx.summarize is None:
+        return state  # nothing failed: the deployment runs without a summary model
+    return _failed(run, state, summary.failure)
+
+
+def _finish(run: _Pass, plan: CutPlan, summary: _Summary, state: EngineState) -> CompressionResult:
+    view, ledger, options = run.view, run.ledger, run.options
+    head = view[: plan.head_end]
+    tail, demoted = _tail(run, plan)
+    restate = view[plan.restate] if plan.restate is not None else None
+    reply = content_text(view[plan.reply]) if plan.reply is not None else None
+    candidates = carry_candidates(view, plan.head_end, plan.tail_start, plan.restate, ledger)
+    limit = _limit(run)
+    users = select_carried(
+        candidates,
+        options.max_user_messages_carried,
+        plan.budgets.carry,
+        run.ctx.counter.count_text,
+    )
+    handoff = Handoff(summary.body, users, reply)
+    result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
+    after = ledger.view(result)
+    projected = int(after * run.calibration)
+    check_invariants(result)
+    if after >= ledger.total or (not run.ctx.force and projected >= limit):
+        why = (
+            "the compressed view is not smaller than the input"
+            if after >= ledger.total
+            else f"the compressed view ({projected:,} tokens) is not under {limit:,}"
+        )
+        return run.unchanged("rejected", with_strike(state, run.ctx.now), why)
+    outcome: Outcome = "compressed" if summary.failure is None else "fallback"
+    return CompressionResult(
+        messages=result,
+        outcome=outcome,
+        state=with_committed(state, summary.body, projected),
+        tokens_before=run.figure,
+        tokens_after=projected,
+        summary=summary.body,
+        pruned=summary.pruned + demoted,
+        summarized=plan.tail_start - plan.head_end,
+        replaced_upto=_replaced_upto(view, result),
+        error=summary.failure.describe() if summary.failure is not None else None,
+        failure_class=summary.failure.kind if summary.failure is not None else None,
+    )
+
+
+def _tail(run: _Pass, plan: CutPlan) -> tuple[list[Message], int]:
+    """The verbatim tail; at the most aggressive level, its older tool results are demoted."""
+    view = run.view
+    if plan.level < MAX_LEVEL:
+        return view[plan.tail_start :], 0
+    newest_call = max(
+        (i for i in range(plan.tail_start, len(view)) if tool_calls_of(view[i])), default=len(view)
+    )
+    demoted = prune_messages(view, plan.tail_start, newest_call, run.options, pairing=run.pairing)
+    return demoted.messages[plan.tail_start :], len(demoted.pruned)
+
+
+def _replaced_upto(view: Sequence[Message], result: Sequence[Message]) -> int:
+    """How many leading input messages the result no longer holds verbatim (as the same objects)."""
+    kept = 0
+    while (
+        kept < len(view)
+        and kept < len(result)
+        and result[len(result) - 1 - kept] is view[len(view) - 1 - kept]
+    ):
+        kept += 1
+    return len(view) - kept

@@ -1,0 +1,135 @@
+"""The handoff message: rendering a summary into the conversation and reading it back.
+
+    [CONTEXT COMPACTION — REFERENCE ONLY] …        reference-only prefix
+    <summary body>
+    ## User Messages (verbatim, oldest first)      carried user messages
+    ## Your Last Reply (verbatim)                  the newest assistant reply, if carried
+    --- END OF CONTEXT SUMMARY — respond to the message below, not the summary above ---
+    <original text of a tail message>              only when the summary was merged into it
+
+Reading it back lets the next compression update the summary instead of summarizing a
+summary, and carry the user's words verbatim again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compression.content import content_text
+from compression.prompts import (
+    END_MARKER,
+    IN_PROGRESS_MARKER,
+    LAST_REPLY_HEADER,
+    REPLY_CLOSE,
+    REPLY_OPEN,
+    SUMMARY_PREFIX,
+    USER_CLOSE,
+    USER_MESSAGES_HEADER,
+    USER_OPEN,
+)
+from compression.types import Message
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    body: str
+    user_messages: tuple[str, ...] = ()  # carried verbatim, oldest first
+    last_reply: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedHandoff:
+    handoff: Handoff
+    remainder: str  # text of a message the summary was merged into ("" when standalone)
+
+
+def render_handoff(handoff: Handoff) -> str:
+    parts = [SUMMARY_PREFIX, handoff.body.strip()]
+    if handoff.user_messages:
+        blocks = [f"{USER_OPEN}\n{text}\n{USER_CLOSE}" for text in handoff.user_messages]
+        parts.append(USER_MESSAGES_HEADER + "\n" + "\n".join(blocks))
+    if handoff.last_reply is not None:
+        parts.append(f"{LAST_REPLY_HEADER}\n{REPLY_OPEN}\n{handoff.last_reply}\n{REPLY_CLOSE}")
+    parts.append(END_MARKER)
+    return "\n\n".join(parts)
+
+
+def handoff_text(message: Message) -> str | None:
+    """The text of a message if it carries a handoff summary, else None."""
+    content: Any = message.get("content")
+    if isinstance(content, str):
+        return content if content.startswith(SUMMARY_PREFIX) else None
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        first = content[0].get("text")
+        if isinstance(first, str) and first.startswith(SUMMARY_PREFIX):
+            return content_text(message)
+    return None
+
+
+def parse_handoff(text: str) -> ParsedHandoff | None:
+    if not text.startswith(SUMMARY_PREFIX):
+        return None
+    end = text.find(END_MARKER)
+    if end < 0:
+        return ParsedHandoff(Handoff(body=text[len(SUMMARY_PREFIX) :].strip()), "")
+    inner = text[len(SUMMARY_PREFIX) : end]
+    remainder = text[end + len(END_MARKER) :].lstrip("\n")
+    cut = min(
+        (
+            found
+            for found in (inner.find(USER_MESSAGES_HEADER), inner.find(LAST_REPLY_HEADER))
+            if found >= 0
+        ),
+        default=len(inner),
+    )
+    handoff = Handoff(
+        body=inner[:cut].strip(),
+        user_messages=tuple(_blocks(inner, USER_OPEN, USER_CLOSE)),
+        last_reply=next(iter(_blocks(inner, REPLY_OPEN, REPLY_CLOSE)), None),
+    )
+    return ParsedHandoff(handoff, remainder)
+
+
+def _blocks(text: str, opening: str, closing: str) -> list[str]:
+    found: list[str] = []
+    position = text.find(opening)
+    while position >= 0:
+        start = position + len(opening) + 1
+        stop = text.find(f"\n{closing}", start)
+        if stop < 0:
+            break
+        found.append(text[start:stop])
+        position = text.find(opening, stop + len(closing))
+    return found
+
+
+def view_summaries(messages: Sequence[Message]) -> list[str]:
+    """Bodies of every handoff summary present in a view, oldest first."""
+    bodies: list[str] = []
+    for message in messages:
+        text = handoff_text(message)
+        parsed = parse_handoff(text) if text is not None else None
+        if parsed is not None:
+            bodies.append(parsed.handoff.body)
+    return bodies
+
+
+def restated(text: str) -> str:
+    return f"{IN_PROGRESS_MARKER}\n\n{text}"
+
+
+def without_restatement(text: str) -> str:
+    if text.startswith(IN_PROGRESS_MARKER):
+        return text[len(IN_PROGRESS_MARKER) :].lstrip("\n")
+    return text
+
+
+def user_text(message: Message) -> str:
+    """What the user wrote in a message, with any summary or restatement marker removed."""
+    text = handoff_text(message)
+    if text is not None:
+        parsed = parse_handoff(text)
+        return without_restatement(parsed.remainder) if parsed is not None else ""
+    return without_restatement(content_text(message))

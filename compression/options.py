@@ -1,0 +1,159 @@
+"""The built-in compressor's options, validated once when the engine is loaded.
+
+`compression.options` in the config is a flat mapping; an unknown key, a wrong type or an
+out-of-range value fails at start-up with a message naming the key, never on a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+FAILURE_CLASSES = ("auth", "network", "empty", "truncated", "overload", "timeout", "other")
+
+# Seconds of summary cooldown per failure class; a ladder escalates with repeated failures.
+DEFAULT_COOLDOWNS: dict[str, tuple[float, ...]] = {
+    "auth": (600.0,),
+    "network": (60.0, 300.0),
+    "empty": (30.0, 300.0),
+    "truncated": (60.0, 300.0, 900.0),
+    "overload": (60.0, 300.0, 900.0),
+    "timeout": (60.0, 300.0, 900.0),
+    "other": (60.0,),
+}
+
+TAIL_MODES = ("lean", "legacy")
+
+
+@dataclass(frozen=True, slots=True)
+class CompressorOptions:
+    threshold: float = 0.50
+    min_threshold_tokens: int = 64_000
+    threshold_tokens: int | None = None
+    hygiene_threshold: float = 0.85
+    hygiene_max_messages: int = 5000
+    protect_first_n: int = 3
+    protect_last_n: int = 8
+    tail_mode: str = "lean"
+    tail_ratio: float = 0.20  # legacy mode: tail budget as a share of the threshold
+    summary_ratio: float = 0.20
+    summary_min_tokens: int = 2000
+    summary_max_tokens: int = 10_000
+    summary_context_fraction: float = 0.05
+    summary_model: str | None = None
+    summary_model_context_length: int | None = None
+    summary_input_max_tokens: int = 32_000
+    summary_message_max_chars: int = 6000
+    summary_timeout: float | None = None
+    abort_on_summary_failure: bool = False
+    max_user_messages_carried: int = 12
+    max_user_tokens_carried: int = 6000
+    duplicate_min_chars: int = 200
+    prune_min_chars: int = 200
+    tool_args_max_chars: int = 500
+    keep_images: int = 3
+    cooldowns: Mapping[str, tuple[float, ...]] = field(
+        default_factory=lambda: dict(DEFAULT_COOLDOWNS)
+    )
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None) -> CompressorOptions:
+        options = options or {}
+        allowed = [item.name for item in fields(cls)]
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise ValueError(
+                f"unknown compressor option {unknown[0]!r}; allowed: {', '.join(allowed)}"
+            )
+        values = {name: _validate(name, value) for name, value in options.items()}
+        return cls(**values)
+
+
+_FRACTIONS = {
+    "threshold",
+    "hygiene_threshold",
+    "tail_ratio",
+    "summary_ratio",
+    "summary_context_fraction",
+}
+_OPTIONAL_INTS = {"threshold_tokens", "summary_model_context_length"}
+_POSITIVE_INTS = {
+    "min_threshold_tokens",
+    "hygiene_max_messages",
+    "summary_min_tokens",
+    "summary_max_tokens",
+    "summary_input_max_tokens",
+    "summary_message_max_chars",
+    "duplicate_min_chars",
+    "prune_min_chars",
+    "tool_args_max_chars",
+}
+_COUNTS = {
+    "protect_first_n",
+    "protect_last_n",
+    "max_user_messages_carried",
+    "max_user_tokens_carried",
+    "keep_images",
+}
+
+
+def _validate(name: str, value: Any) -> Any:
+    if name in _FRACTIONS:
+        return _number(name, value, low=0.0, high=1.0, low_open=True)
+    if name in _OPTIONAL_INTS:
+        return None if value is None else _integer(name, value, minimum=1)
+    if name in _POSITIVE_INTS:
+        return _integer(name, value, minimum=1)
+    if name in _COUNTS:
+        return _integer(name, value, minimum=0)
+    if name == "tail_mode":
+        if value not in TAIL_MODES:
+            raise ValueError(f"compressor option 'tail_mode' must be one of {TAIL_MODES}")
+        return value
+    if name == "summary_model":
+        if value is not None and not isinstance(value, str):
+            raise ValueError("compressor option 'summary_model' must be a model name or null")
+        return value
+    if name == "summary_timeout":
+        return None if value is None else _number(name, value, low=0.0, low_open=True)
+    if name == "abort_on_summary_failure":
+        if not isinstance(value, bool):
+            raise ValueError("compressor option 'abort_on_summary_failure' must be true or false")
+        return value
+    return _cooldowns(value)
+
+
+def _number(
+    name: str, value: Any, *, low: float, high: float | None = None, low_open: bool = False
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"compressor option {name!r} must be a number, got {value!r}")
+    too_low = value <= low if low_open else value < low
+    if too_low or (high is not None and value > high):
+        bounds = f"({low}, {high}]" if high is not None else f"> {low}"
+        raise ValueError(f"compressor option {name!r} must be in {bounds}, got {value!r}")
+    return float(value)
+
+
+def _integer(name: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"compressor option {name!r} must be an integer >= {minimum}")
+    return value
+
+
+def _cooldowns(value: Any) -> dict[str, tuple[float, ...]]:
+    if not isinstance(value, Mapping):
+        raise ValueError("compressor option 'cooldowns' must map failure classes to seconds")
+    table = dict(DEFAULT_COOLDOWNS)
+    for key, seconds in value.items():
+        if key not in FAILURE_CLASSES:
+            raise ValueError(
+                f"unknown failure class {key!r} in 'cooldowns'; allowed: "
+                + ", ".join(FAILURE_CLASSES)
+            )
+        ladder = seconds if isinstance(seconds, list | tuple) else [seconds]
+        if not ladder:
+            raise ValueError(f"'cooldowns.{key}' needs at least one duration")
+        table[key] = tuple(_number(f"cooldowns.{key}", s, low=0.0) for s in ladder)
+    return table

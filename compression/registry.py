@@ -1,0 +1,68 @@
+"""Choosing the context engine by name: a short name or a `module:Class` import string.
+
+    load_engine("compressor", {"threshold": 0.6})
+    load_engine("passthrough", {})
+    load_engine("my_pkg.engines:Mine", {...})   # Mine.from_options(options) or Mine(**options)
+
+Options are validated here, at start-up: a typo fails the boot, not the first request.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from compression.engine import ContextEngine
+from compression.options import CompressorOptions
+from compression.thresholds import Limits, limits_for
+
+ENGINES: dict[str, str] = {
+    "compressor": "compression.compressor:Compressor",
+    "passthrough": "compression.passthrough:PassthroughEngine",
+}
+
+
+@runtime_checkable
+class HasLimits(Protocol):
+    def limits(self, context_length: int, max_output_tokens: int | None) -> Limits: ...
+
+
+def load_engine(name: str, options: Mapping[str, Any] | None = None) -> ContextEngine:
+    target = ENGINES.get(name, name)
+    if ":" not in target:
+        raise ValueError(
+            f"unknown compression engine {name!r}; choose one of {', '.join(ENGINES)} "
+            "or give a 'module:Class' import string"
+        )
+    factory = _import(target)
+    options = dict(options or {})
+    from_options = getattr(factory, "from_options", None)
+    engine = from_options(options) if callable(from_options) else factory(**options)
+    if not callable(getattr(engine, "compress", None)):
+        raise ValueError(f"compression engine {name!r} has no compress() method")
+    result: ContextEngine = engine
+    return result
+
+
+def _import(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(
+            f"cannot import compression engine module {module_name!r}: {error}"
+        ) from error
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ValueError(f"module {module_name!r} has no engine {attribute!r}") from None
+
+
+def engine_limits(
+    engine: ContextEngine, context_length: int, max_output_tokens: int | None
+) -> Limits:
+    """The engine's thresholds; engines without their own use the built-in defaults."""
+    if isinstance(engine, HasLimits):
+        return engine.limits(context_length, max_output_tokens)
+    return limits_for(CompressorOptions(), context_length, max_output_tokens)

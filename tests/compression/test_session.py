@@ -1,0 +1,67 @@
+"""A session grown to many times its window, compressed the way the proxy drives the engine."""
+
+from __future__ import annotations
+
+from compression.compressor import Compressor
+from compression.handoff import parse_handoff, view_summaries
+from compression.invariants import check_invariants
+from compression.state import EngineState, record_real_usage
+from compression.types import Message
+from tests.compression.builders import context, reply, system, text_of, tool_round, user
+from tests.compression.counters import CharCounter
+from tests.compression.summarizers import ScriptedSummarizer
+
+WINDOW = 16_000
+
+
+def turn(number: int) -> list[Message]:
+    messages: list[Message] = [user(f"Task {number}: update module_{number}.py; keep tests green")]
+    for step in range(4):
+        messages += tool_round(
+            f"call_{step}", f"module_{number} step {step}\n" * 120, command=f"pytest -k m{number}"
+        )  # ids reused every turn
+    messages.append(reply(f"Updated module_{number}.py."))
+    return messages
+
+
+async def test_a_session_ten_times_its_window_stays_valid_and_bounded() -> None:
+    engine = Compressor()
+    counter = CharCounter()
+    limits = engine.limits(WINDOW, 1_000)
+    state = EngineState()
+    view: list[Message] = [system()]
+    sent = compressions = 0
+    for number in range(80):
+        view = view + turn(number)[:-1]
+        summarizer = ScriptedSummarizer(default=f"## Goal\nstate after task {number}")
+        out = await engine.compress(
+            view,
+            context(
+                summarize=summarizer,
+                context_length=WINDOW,
+                counter=counter,
+                state=state,
+                now=float(number),
+            ),
+        )
+        if out.outcome in ("compressed", "fallback"):
+            compressions += 1
+            view = out.messages
+        state = out.state
+        tokens = counter.count_messages(view)
+        check_invariants(view)
+        assert tokens < WINDOW - 1_000, (number, out.outcome, out.error)
+        state = record_real_usage(state, tokens, limits.threshold, float(number))
+        sent += tokens
+        view = view + [turn(number)[-1]]
+        assert len(view_summaries(view)) <= 1
+    assert compressions >= 10
+    assert state.compression_count == compressions
+    assert state.strikes == 0
+    summary = next(text_of(m) for m in view if parse_handoff(text_of(m)))
+    parsed = parse_handoff(summary)
+    assert parsed is not None
+    assert len(parsed.handoff.user_messages) <= engine.options.max_user_messages_carried
+    assert "Task 79" in "\n".join(text_of(m) for m in view)
+    full = counter.count_messages([system()] + [m for n in range(80) for m in turn(n)])
+    assert full > 10 * WINDOW and sent < full * 80 / 4
