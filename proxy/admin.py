@@ -146,11 +146,13 @@ def detail_json(services: Services, detail: SessionDetail) -> dict[str, Any]:
     }
 
 
-async def detail_or_404(services: Services, sk: SessionKey) -> SessionDetail:
-    detail = await services.store.session_detail(sk)
-    if detail is None:
-        raise NotFound(f"No session '{sk.key}' in scope '{sk.scope}'.", code="session_not_found")
-    return detail
+def unknown(sk: SessionKey) -> NotFound:
+    return NotFound(f"No session '{sk.key}' in scope '{sk.scope}'.", code="session_not_found")
+
+
+async def require_session(services: Services, sk: SessionKey) -> None:
+    if await services.store.get_session(sk) is None:
+        raise unknown(sk)
 
 
 @api.get("/sessions", summary="List sessions, newest activity or most tokens first")
@@ -180,7 +182,7 @@ async def list_sessions(
 async def session_archive(scope: str, key: str, request: Request) -> Response:
     services = _services(request)
     sk = SessionKey(scope, key)
-    await detail_or_404(services, sk)
+    await require_session(services, sk)
     archived = await services.store.archived_messages(sk)
     return json_response(
         {
@@ -198,7 +200,7 @@ async def compress_session(
 ) -> Response:
     services = _services(request)
     sk = SessionKey(scope, key)
-    await detail_or_404(services, sk)
+    await require_session(services, sk)
     done = await services.conversations.compress_now(sk, body.focus if body else None)
     if done is None:
         raise NotFound(
@@ -227,7 +229,10 @@ async def compress_session(
 @api.get("/sessions/{scope}/{key:path}", summary="A session with its events and usage")
 async def session_detail(scope: str, key: str, request: Request) -> Response:
     services = _services(request)
-    detail = await detail_or_404(services, SessionKey(scope, key))
+    sk = SessionKey(scope, key)
+    detail = await services.store.session_detail(sk)
+    if detail is None:
+        raise unknown(sk)
     return json_response(detail_json(services, detail))
 
 
@@ -236,7 +241,7 @@ async def delete_session(scope: str, key: str, request: Request) -> Response:
     services = _services(request)
     sk = SessionKey(scope, key)
     if not await services.store.delete_session(sk):
-        raise NotFound(f"No session '{key}' in scope '{scope}'.", code="session_not_found")
+        raise unknown(sk)
     # The in-memory last view would let a later manual compression bring the session back.
     services.conversations.last_turns.pop(sk, None)
     return json_response({"scope": scope, "key": key, "deleted": True})

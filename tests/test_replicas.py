@@ -154,7 +154,7 @@ def test_one_session_through_two_replicas_compresses_once(
                     model=MODEL, messages=messages, extra_headers={"X-Session-Id": session}
                 )
             )  # type: ignore[arg-type]
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=ask, args=(r,)) for r in (a, b)]
