@@ -240,10 +240,10 @@ async def session_detail(scope: str, key: str, request: Request) -> Response:
 async def delete_session(scope: str, key: str, request: Request) -> Response:
     services = _services(request)
     sk = SessionKey(scope, key)
+    # First: a running background job or the remembered last view could bring it back.
+    services.conversations.forget(sk)
     if not await services.store.delete_session(sk):
         raise unknown(sk)
-    # The in-memory last view would let a later manual compression bring the session back.
-    services.conversations.last_turns.pop(sk, None)
     return json_response({"scope": scope, "key": key, "deleted": True})
 
 

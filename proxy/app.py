@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from compression.engine import ContextEngine
@@ -173,7 +174,18 @@ def create_app(
         return error_response(exc)
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:
-        return error_response(BadRequest(f"Invalid request: {exc}"))
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        message = str(first.get("msg", "invalid request"))
+        return error_response(BadRequest(f"Invalid {where or 'request'}: {message}", param=where))
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        error = ProxyError(str(exc.detail))
+        error.status_code = exc.status_code
+        error.type = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(error)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s", request.url.path)
@@ -181,5 +193,6 @@ def create_app(
 
     app.add_exception_handler(ProxyError, on_proxy_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(Exception, on_unexpected)
     return app

@@ -327,6 +327,14 @@ class Conversations:
         while len(self._committed_at) > _REMEMBERED_TURNS:
             self._committed_at.popitem(last=False)
 
+    def forget(self, key: SessionKey) -> None:
+        """Drop what this process remembers of a deleted session; cancel its background job."""
+        self.last_turns.pop(key, None)
+        self._committed_at.pop(key, None)
+        job = self.jobs.pop(key, None)
+        if job is not None:
+            job.cancel()
+
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()

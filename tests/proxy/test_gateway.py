@@ -354,3 +354,9 @@ def test_proxy_keys_are_enforced_and_never_forwarded(sim: Simulator, db_path: st
         ok.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)  # type: ignore[arg-type]
     assert sim.chat_requests[-1].headers["authorization"] == "Bearer sk-upstream-test"
     assert len(sim.chat_requests) == 1
+
+
+def test_unknown_path_gets_an_openai_envelope(proxy: ProxyServer) -> None:
+    response = httpx.get(proxy.base_url + "/no-such-thing")
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "not_found_error"
