@@ -1,0 +1,52 @@
+"""Persistent session state for ctxgate: SQLite (default) or PostgreSQL via SQLAlchemy async.
+
+The only package that imports sqlalchemy. Values in and out are frozen dataclasses.
+"""
+
+from storage.errors import DatabaseBusy, LockTimeout, StorageError
+from storage.locks import SessionLocks
+from storage.records import (
+    PROMPT_TOKENS_PENDING,
+    UNSET,
+    ArchivedMessage,
+    Checkpoint,
+    CheckpointInfo,
+    CompressionCommit,
+    Event,
+    EventRecord,
+    JSONObject,
+    Message,
+    SessionDetail,
+    SessionKey,
+    SessionRecord,
+    StoreStats,
+    Unset,
+    UsagePoint,
+    UsageRecord,
+)
+from storage.store import SessionStore
+
+__all__ = [
+    "PROMPT_TOKENS_PENDING",
+    "UNSET",
+    "ArchivedMessage",
+    "Checkpoint",
+    "CheckpointInfo",
+    "CompressionCommit",
+    "DatabaseBusy",
+    "Event",
+    "EventRecord",
+    "JSONObject",
+    "LockTimeout",
+    "Message",
+    "SessionDetail",
+    "SessionKey",
+    "SessionLocks",
+    "SessionRecord",
+    "SessionStore",
+    "StorageError",
+    "StoreStats",
+    "Unset",
+    "UsagePoint",
+    "UsageRecord",
+]

@@ -1,0 +1,207 @@
+"""Checkpoints (a client prefix replaced by a compressed list) and the archive of originals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Row, Select, String, any_, bindparam, desc, func, select, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage import codec, events, sessions
+from storage.db import upsert
+from storage.records import (
+    PROMPT_TOKENS_PENDING,
+    ArchivedMessage,
+    Checkpoint,
+    CheckpointInfo,
+    CompressionCommit,
+    Message,
+    SessionKey,
+)
+from storage.tables import archived_messages, checkpoints
+from storage.tables import sessions as sessions_t
+
+# Candidate digests sent in the first lookup: the newest checkpoint is nearly always
+# within the last few hundred messages, and 500 stays far below every parameter limit.
+RECENT_CANDIDATES = 500
+
+
+async def find(
+    conn: AsyncConnection, sk: SessionKey, prefix_digests: Sequence[str]
+) -> Checkpoint | None:
+    """The newest checkpoint whose prefix matches: highest prefix_len, then highest id.
+
+    prefix_digests[i] is the digest of the client's messages[0..i], so a checkpoint of
+    length L matches when prefix_digests[L - 1] equals its digest.
+
+    First one indexed query with the last RECENT_CANDIDATES digests, returning the whole
+    row: the common case. Failing that, the session's checkpoints no longer than the history
+    are walked from the longest down, comparing digests here; only (id, prefix_len, digest)
+    travel, so its cost grows with the session's checkpoint count, not with the history.
+    """
+    n = len(prefix_digests)
+    lo = max(0, n - RECENT_CANDIDATES)
+    row = (await conn.execute(_recent(conn, sk, prefix_digests, lo, n))).first()
+    if row is not None and prefix_digests[row.prefix_len - 1] == row.prefix_digest:
+        return _checkpoint(row, sk)
+    # Also covers a digest found at another position (digests that are not chained).
+    older = (
+        select(checkpoints.c.id, checkpoints.c.prefix_len, checkpoints.c.prefix_digest)
+        .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
+        .where(sessions.where_key(sk), checkpoints.c.prefix_len <= n)
+        .order_by(desc(checkpoints.c.prefix_len), desc(checkpoints.c.id))
+    )
+    for candidate in await conn.execute(older):
+        if prefix_digests[candidate.prefix_len - 1] == candidate.prefix_digest:
+            full = await conn.execute(select(checkpoints).where(checkpoints.c.id == candidate.id))
+            return _checkpoint(full.one(), sk)
+    return None
+
+
+def _recent(
+    conn: AsyncConnection, sk: SessionKey, digests: Sequence[str], lo: int, hi: int
+) -> Select[Any]:
+    candidates = sorted(set(digests[lo:hi]))
+    if conn.dialect.name == "postgresql":
+        # One array parameter: a 200-item IN list costs PostgreSQL three times the query.
+        array = bindparam("candidates", candidates, type_=postgresql.ARRAY(String))
+        matches = checkpoints.c.prefix_digest == any_(array)
+    else:
+        matches = checkpoints.c.prefix_digest.in_(candidates)
+    return (
+        select(checkpoints)
+        .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
+        .where(sessions.where_key(sk), matches)
+        .where(checkpoints.c.prefix_len > lo, checkpoints.c.prefix_len <= hi)
+        .order_by(desc(checkpoints.c.prefix_len), desc(checkpoints.c.id))
+        .limit(1)
+    )
+
+
+def _checkpoint(row: Row[Any], sk: SessionKey) -> Checkpoint:
+    return Checkpoint(
+        id=row.id,
+        scope=sk.scope,
+        key=sk.key,
+        prefix_len=row.prefix_len,
+        prefix_digest=row.prefix_digest,
+        messages=codec.loads(row.messages),
+        tokens_before=row.tokens_before,
+        tokens_after=row.tokens_after,
+        summary=row.summary,
+        created_at=row.created_at,
+    )
+
+
+async def commit(conn: AsyncConnection, c: CompressionCommit, now: float) -> Checkpoint:
+    """Write one compression (checkpoint, archive, event, session) in `conn`'s transaction."""
+    parent_id = await sessions.ensure(conn, c.sk, c.model, now)
+    target, session_id = c.sk, parent_id
+    if c.rotate_to is not None:
+        target = SessionKey(c.sk.scope, c.rotate_to)
+        session_id = await sessions.create_child(conn, c.sk, c.rotate_to, c.model, now)
+    messages = list(c.messages)
+    values = {
+        "session_id": session_id,
+        "prefix_len": c.prefix_len,
+        "prefix_digest": c.prefix_digest,
+        "messages": codec.dumps(messages),
+        "message_count": len(messages),
+        "tokens_before": c.tokens_before,
+        "tokens_after": c.tokens_after,
+        "summary": c.summary,
+        "created_at": now,
+    }
+    inserted = await conn.execute(checkpoints.insert().values(values).returning(checkpoints.c.id))
+    checkpoint_id = int(inserted.scalar_one())
+    await _archive(conn, session_id, checkpoint_id, c.archived, now)
+    await events.insert(conn, session_id, c.event, checkpoint_id, now)
+    await conn.execute(
+        update(sessions_t)
+        .where(sessions_t.c.id == session_id)
+        .values(
+            engine_state=codec.dumps(c.engine_state),
+            compression_count=sessions_t.c.compression_count + 1,
+            last_prompt_tokens=PROMPT_TOKENS_PENDING,
+            last_compression_at=now,
+            updated_at=now,
+        )
+    )
+    return Checkpoint(
+        id=checkpoint_id,
+        scope=target.scope,
+        key=target.key,
+        prefix_len=c.prefix_len,
+        prefix_digest=c.prefix_digest,
+        messages=messages,
+        tokens_before=c.tokens_before,
+        tokens_after=c.tokens_after,
+        summary=c.summary,
+        created_at=now,
+    )
+
+
+async def _archive(
+    conn: AsyncConnection,
+    session_id: int,
+    checkpoint_id: int,
+    archived: Sequence[tuple[int, Message]],
+    now: float,
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for position, message in archived:
+        # Sorted keys: the same message re-serialised by an SDK must dedupe.
+        text = codec.dumps(message, sort_keys=True)
+        rows.append(
+            {
+                "session_id": session_id,
+                "checkpoint_id": checkpoint_id,
+                "position": position,
+                "digest": codec.digest(text),
+                "message": text,
+                "archived_at": now,
+            }
+        )
+    if rows:
+        stmt = upsert(conn, archived_messages).on_conflict_do_nothing(
+            index_elements=["session_id", "position", "digest"]
+        )
+        await conn.execute(stmt, rows)
+
+
+async def archived(conn: AsyncConnection, session_id: int) -> list[ArchivedMessage]:
+    stmt = (
+        select(archived_messages)
+        .where(archived_messages.c.session_id == session_id)
+        .order_by(archived_messages.c.position, archived_messages.c.id)
+    )
+    return [
+        ArchivedMessage(r.position, codec.loads(r.message), r.checkpoint_id, r.archived_at)
+        for r in await conn.execute(stmt)
+    ]
+
+
+async def archived_count(conn: AsyncConnection, session_id: int) -> int:
+    stmt = select(func.count()).where(archived_messages.c.session_id == session_id)
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def infos(conn: AsyncConnection, session_id: int) -> list[CheckpointInfo]:
+    c = checkpoints.c
+    stmt = (
+        select(
+            c.id,
+            c.prefix_len,
+            c.prefix_digest,
+            c.message_count,
+            c.tokens_before,
+            c.tokens_after,
+            c.summary,
+            c.created_at,
+        )
+        .where(c.session_id == session_id)
+        .order_by(c.id)
+    )
+    return [CheckpointInfo(*row) for row in await conn.execute(stmt)]

@@ -1,0 +1,65 @@
+"""Schema creation plus a short ordered list of migrations, recorded in schema_version.
+
+`metadata.create_all` always builds the current schema, so a fresh database records every
+migration as applied without running it; an existing one runs only those it has not seen.
+Add a step by appending a function decorated with @migration (never reorder or remove one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, insert, inspect, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage.tables import metadata, schema_version
+
+# Any constant: serialises concurrent `open()`s of one PostgreSQL database, whose
+# CREATE TABLEs would otherwise race on the catalog.
+_PG_SCHEMA_LOCK = 0x637478676174
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    apply: Callable[[Connection], None]
+
+
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Callable[[Connection], None]) -> Callable[[Connection], None]:
+    MIGRATIONS.append(Migration(len(MIGRATIONS) + 1, fn.__name__, fn))
+    return fn
+
+
+@migration
+def baseline(conn: Connection) -> None:
+    """The schema as create_all builds it in the first release: nothing to alter."""
+
+
+async def ensure_schema(
+    conn: AsyncConnection, now: float, steps: Sequence[Migration] = MIGRATIONS
+) -> list[int]:
+    """Create missing tables and apply pending steps; returns the versions applied now.
+
+    Runs inside the caller's write transaction, so a failed step leaves nothing behind.
+    """
+    if conn.dialect.name == "postgresql":
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
+    fresh = not await conn.run_sync(lambda c: inspect(c).has_table("sessions"))
+    await conn.run_sync(metadata.create_all)
+    done = set((await conn.execute(select(schema_version.c.version))).scalars())
+    applied = []
+    for step in steps:
+        if step.version in done:
+            continue
+        if not fresh:
+            await conn.run_sync(step.apply)
+        await conn.execute(
+            insert(schema_version).values(version=step.version, name=step.name, applied_at=now)
+        )
+        applied.append(step.version)
+    return applied

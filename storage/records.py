@@ -1,0 +1,211 @@
+"""Frozen values that go in and out of SessionStore; no ORM row ever leaves storage/.
+
+Times are float epoch seconds from the store's clock. Messages are the plain dicts the client
+sent (OpenAI Chat Completions wire shape), kept as JSON text in the database.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+Message = dict[str, Any]
+JSONObject = dict[str, Any]
+SessionOrder = Literal["last_activity", "tokens"]
+
+# last_prompt_tokens after a compression: the real figure for the new view is not known yet.
+PROMPT_TOKENS_PENDING: Final = -1
+
+
+class Unset(enum.Enum):
+    """Marks an argument the caller did not pass (None is a real value there)."""
+
+    UNSET = "UNSET"
+
+
+UNSET: Final = Unset.UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """scope = hash of the caller's credential; key = the session id within that scope."""
+
+    scope: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    scope: str
+    key: str
+    model: str
+    created_at: float
+    updated_at: float
+    last_prompt_tokens: int | None  # PROMPT_TOKENS_PENDING right after a compression
+    last_completion_tokens: int | None
+    last_message_count: int | None
+    last_usage_estimated: bool
+    last_usage_at: float | None
+    request_count: int
+    compression_count: int
+    total_prompt_tokens: int
+    total_completion_tokens: int
+    engine_state: JSONObject
+    parent_key: str | None
+    child_key: str | None
+    last_compression_at: float | None
+
+    @property
+    def sk(self) -> SessionKey:
+        return SessionKey(self.scope, self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """One upstream response's usage.
+
+    `at` should be when the request's view was chosen: usage older than the session's last
+    compression (or than the usage already stored) bumps the counters but does not overwrite
+    the last_* figures, so a late write-behind cannot undo a compression's sentinel.
+    None means "now" (stamped when the record is handed to the store).
+    """
+
+    sk: SessionKey
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    message_count: int
+    at: float | None = None
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UsagePoint:
+    at: float
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """A compression event to store. Counts and durations must be >= 0 (enforced by CHECKs)."""
+
+    sk: SessionKey
+    trigger: str
+    outcome: str
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    duration_ms: float
+    error: str | None = None
+    checkpoint_id: int | None = None
+    at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A stored compression event."""
+
+    id: int
+    at: float
+    trigger: str
+    outcome: str
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    duration_ms: float
+    error: str | None
+    checkpoint_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The first `prefix_len` client messages (digest `prefix_digest`) are replaced by `messages`.
+
+    Checkpoints are immutable once written; treat `messages` as read-only.
+    """
+
+    id: int
+    scope: str
+    key: str
+    prefix_len: int
+    prefix_digest: str
+    messages: list[Message]
+    tokens_before: int
+    tokens_after: int
+    summary: str | None
+    created_at: float
+
+    @property
+    def sk(self) -> SessionKey:
+        return SessionKey(self.scope, self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """A checkpoint without its replacement list (for listings)."""
+
+    id: int
+    prefix_len: int
+    prefix_digest: str
+    message_count: int
+    tokens_before: int
+    tokens_after: int
+    summary: str | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CompressionCommit:
+    """Everything one compression writes, in one transaction.
+
+    archived: (position in the client's list, original message) pairs the checkpoint replaces.
+    rotate_to: when set, a child session with this key is created and linked to `sk`; the
+    checkpoint, archive, event and engine state then belong to the child.
+    event.sk and event.checkpoint_id are ignored: the commit fills them in.
+    """
+
+    sk: SessionKey
+    model: str
+    prefix_len: int
+    prefix_digest: str
+    messages: Sequence[Message]
+    summary: str | None
+    tokens_before: int
+    tokens_after: int
+    archived: Sequence[tuple[int, Message]]
+    event: EventRecord
+    engine_state: JSONObject
+    rotate_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedMessage:
+    position: int
+    message: Message
+    checkpoint_id: int | None
+    archived_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDetail:
+    session: SessionRecord
+    events: list[Event]
+    checkpoints: list[CheckpointInfo]
+    usage: list[UsagePoint]  # oldest first; the newest `max_points` only
+    archived_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Write-behind counters (for metrics)."""
+
+    usage_written: int = 0
+    usage_failed: int = 0
+    usage_dropped: int = 0
+    usage_pending: int = 0

@@ -1,0 +1,221 @@
+"""SessionStore: the one object the proxy talks to about persistent session state.
+
+Every public coroutine either succeeds or raises StorageError; record_usage_later never
+raises. Values in and out are the frozen dataclasses of storage.records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage import checkpoints, events, leases, migrations, sessions, usage, windows
+from storage.db import Database
+from storage.records import (
+    UNSET,
+    ArchivedMessage,
+    Checkpoint,
+    CompressionCommit,
+    EventRecord,
+    JSONObject,
+    SessionDetail,
+    SessionKey,
+    SessionOrder,
+    SessionRecord,
+    StoreStats,
+    Unset,
+    UsageRecord,
+)
+from storage.writer import UsageWriter
+
+Clock = Callable[[], float]
+
+
+class SessionStore:
+    """Sessions, checkpoints, archive, events, usage, model windows and leases."""
+
+    def __init__(self, db: Database, clock: Clock) -> None:
+        """Use `await SessionStore.open(url)`; this only wires the parts together."""
+        self._db = db
+        self._clock = clock
+        self._writer = UsageWriter(self._write_usage)
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: str, *, clock: Clock = time.time) -> SessionStore:
+        """Connect, create or migrate the schema, start the usage writer.
+
+        url: "sqlite+aiosqlite:///path.db" (parent directories are created) or
+        "postgresql+asyncpg://user@host/db". clock: epoch seconds (injectable for tests).
+        """
+        db = Database.connect(url)
+        try:
+            await db.prepare()
+            await db.write(lambda conn: migrations.ensure_schema(conn, clock()))
+        except BaseException:
+            await db.dispose()
+            raise
+        store = cls(db, clock)
+        store._writer.start()
+        return store
+
+    async def close(self) -> None:
+        """Write out pending usage, then release every connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._writer.close()
+        await self._db.dispose()
+
+    @property
+    def dialect(self) -> str:
+        """The backend: "sqlite" or "postgresql"."""
+        return self._db.dialect
+
+    @property
+    def stats(self) -> StoreStats:
+        w = self._writer
+        return StoreStats(w.written, w.failed, w.dropped, w.pending)
+
+    async def ping(self) -> None:
+        """Readiness: one round trip to the database."""
+        await self._db.read(lambda conn: conn.exec_driver_sql("SELECT 1"))
+
+    async def get_session(self, sk: SessionKey) -> SessionRecord | None:
+        return await self._db.read(lambda conn: sessions.get(conn, sk))
+
+    # -- usage -------------------------------------------------------------------------
+
+    def record_usage_later(self, u: UsageRecord) -> None:
+        """Hand a usage record to the write-behind task; returns at once, never raises."""
+        self._writer.submit(self._stamped(u))
+
+    async def flush(self) -> None:
+        """Wait until every record handed to record_usage_later so far is written."""
+        await self._writer.flush()
+
+    async def record_usage(self, u: UsageRecord) -> None:
+        """The same as record_usage_later, but awaited (and errors raised)."""
+        await self._write_usage([self._stamped(u)])
+
+    async def _write_usage(self, batch: list[UsageRecord]) -> None:
+        await self._db.write(lambda conn: usage.apply(conn, batch, self._clock()))
+
+    def _stamped(self, u: UsageRecord) -> UsageRecord:
+        return u if u.at is not None else dataclasses.replace(u, at=self._clock())
+
+    # -- engine state, checkpoints, events ---------------------------------------------
+
+    async def save_engine_state(
+        self,
+        sk: SessionKey,
+        state: JSONObject,
+        *,
+        last_prompt_tokens: int | None | Unset = UNSET,
+    ) -> None:
+        """Replace the session's opaque engine state (creating the session if new)."""
+        await self._db.write(
+            lambda conn: sessions.save_engine_state(
+                conn, sk, state, last_prompt_tokens, self._clock()
+            )
+        )
+
+    async def find_checkpoint(
+        self, sk: SessionKey, prefix_digests: Sequence[str]
+    ) -> Checkpoint | None:
+        """The newest checkpoint matching the client's prefix digests, or None.
+
+        prefix_digests[i] is the digest of messages[0..i] inclusive.
+        """
+        if not prefix_digests:
+            return None
+        return await self._db.read(lambda conn: checkpoints.find(conn, sk, prefix_digests))
+
+    async def commit_compression(self, c: CompressionCommit) -> Checkpoint:
+        """Checkpoint + archive + event + session update in one short write transaction."""
+        return await self._db.write(lambda conn: checkpoints.commit(conn, c, self._clock()))
+
+    async def add_event(self, e: EventRecord) -> int:
+        """Store an event that produced no checkpoint (failed, noop, skipped); returns its id."""
+
+        async def add(conn: AsyncConnection) -> int:
+            now = self._clock()
+            session_id = await sessions.ensure(conn, e.sk, "", now)
+            return await events.insert(conn, session_id, e, e.checkpoint_id, now)
+
+        return await self._db.write(add)
+
+    # -- admin views -------------------------------------------------------------------
+
+    async def list_sessions(
+        self,
+        *,
+        scope: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        order: SessionOrder = "last_activity",
+    ) -> list[SessionRecord]:
+        """Sessions by last activity (newest first) or by total prompt tokens (most first)."""
+        return await self._db.read(
+            lambda conn: sessions.list_sessions(conn, scope, limit, offset, order)
+        )
+
+    async def session_detail(
+        self, sk: SessionKey, *, max_points: int = 2000
+    ) -> SessionDetail | None:
+        """The session with its events, checkpoints (without their lists) and usage points."""
+
+        async def detail(conn: AsyncConnection) -> SessionDetail | None:
+            session_id = await sessions.find_id(conn, sk)
+            if session_id is None:
+                return None
+            return SessionDetail(
+                session=await sessions.get_by_id(conn, session_id),
+                events=await events.for_session(conn, session_id),
+                checkpoints=await checkpoints.infos(conn, session_id),
+                usage=await usage.points(conn, session_id, max_points),
+                archived_count=await checkpoints.archived_count(conn, session_id),
+            )
+
+        return await self._db.read(detail, snapshot=True)
+
+    async def archived_messages(self, sk: SessionKey) -> list[ArchivedMessage]:
+        """Original messages that compressions replaced, by position."""
+
+        async def archived(conn: AsyncConnection) -> list[ArchivedMessage]:
+            session_id = await sessions.find_id(conn, sk)
+            return [] if session_id is None else await checkpoints.archived(conn, session_id)
+
+        return await self._db.read(archived)
+
+    async def delete_session(self, sk: SessionKey) -> bool:
+        """Delete the session with its checkpoints, archive, events, usage and lease."""
+        return await self._db.write(lambda conn: sessions.delete_session(conn, sk))
+
+    # -- model windows -----------------------------------------------------------------
+
+    async def get_model_windows(self) -> dict[str, int]:
+        return await self._db.read(windows.get_all)
+
+    async def set_model_window(self, model: str, tokens: int) -> None:
+        await self._db.write(lambda conn: windows.set_window(conn, model, tokens, self._clock()))
+
+    # -- leases ------------------------------------------------------------------------
+
+    async def acquire_lease(self, sk: SessionKey, owner: str, ttl_s: float) -> bool:
+        """Take the session's lease if free or expired; never waits for its holder."""
+        return await self._db.write(
+            lambda conn: leases.acquire(conn, sk, owner, ttl_s, self._clock())
+        )
+
+    async def refresh_lease(self, sk: SessionKey, owner: str, ttl_s: float) -> bool:
+        """Extend our lease by ttl_s from now; False if it is no longer ours."""
+        return await self._db.write(
+            lambda conn: leases.refresh(conn, sk, owner, ttl_s, self._clock())
+        )
+
+    async def release_lease(self, sk: SessionKey, owner: str) -> None:
+        await self._db.write(lambda conn: leases.release(conn, sk, owner))

@@ -1,0 +1,115 @@
+"""Usage rows: per-session counters and the per-request points of the dashboard chart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, case, desc, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage.db import upsert
+from storage.records import SessionKey, UsagePoint, UsageRecord
+from storage.sessions import new_row
+from storage.tables import sessions, usage
+
+_LAST_FIELDS = (
+    "last_prompt_tokens",
+    "last_completion_tokens",
+    "last_message_count",
+    "last_usage_estimated",
+    "last_usage_at",
+)
+
+
+async def apply(conn: AsyncConnection, records: Sequence[UsageRecord], now: float) -> None:
+    """Bump counters (one upsert per session) and append one usage row per record.
+
+    Every record must carry `at` (the store stamps it on the way in).
+    """
+    rows: list[dict[str, Any]] = []
+    for sk, group in _by_session(records).items():
+        session_id = await _upsert_counters(conn, sk, group, now)
+        rows.extend(_usage_row(session_id, u) for u in group)
+    if rows:
+        await conn.execute(usage.insert(), rows)
+
+
+async def points(conn: AsyncConnection, session_id: int, limit: int) -> list[UsagePoint]:
+    """The newest `limit` usage points, oldest first."""
+    stmt = (
+        select(usage.c.at, usage.c.prompt_tokens, usage.c.completion_tokens, usage.c.estimated)
+        .where(usage.c.session_id == session_id)
+        .order_by(desc(usage.c.at), desc(usage.c.id))
+        .limit(limit)
+    )
+    rows = (await conn.execute(stmt)).all()
+    return [
+        UsagePoint(r.at, r.prompt_tokens, r.completion_tokens, bool(r.estimated))
+        for r in reversed(rows)
+    ]
+
+
+def _by_session(records: Sequence[UsageRecord]) -> dict[SessionKey, list[UsageRecord]]:
+    groups: dict[SessionKey, list[UsageRecord]] = {}
+    for record in records:
+        groups.setdefault(record.sk, []).append(record)
+    return groups
+
+
+async def _upsert_counters(
+    conn: AsyncConnection, sk: SessionKey, group: list[UsageRecord], now: float
+) -> int:
+    latest = group[0]
+    for record in group:  # the newest by `at`; on a tie the one handed in last
+        if _at(record) >= _at(latest):
+            latest = record
+    stmt = upsert(conn, sessions).values(
+        new_row(sk, latest.model, now)
+        | {
+            "last_prompt_tokens": latest.prompt_tokens,
+            "last_completion_tokens": latest.completion_tokens,
+            "last_message_count": latest.message_count,
+            "last_usage_estimated": latest.estimated,
+            "last_usage_at": _at(latest),
+            "request_count": len(group),
+            "total_prompt_tokens": sum(u.prompt_tokens for u in group),
+            "total_completion_tokens": sum(u.completion_tokens for u in group),
+        }
+    )
+    new, old = stmt.excluded, sessions.c
+    # Usage older than what is stored, or than the last compression, only adds to the
+    # totals: the write-behind may land after a compression set the pending sentinel.
+    is_newer = and_(
+        new.last_usage_at >= func.coalesce(old.last_usage_at, new.last_usage_at),
+        new.last_usage_at >= func.coalesce(old.last_compression_at, new.last_usage_at),
+    )
+    set_: dict[str, ColumnElement[Any]] = {
+        name: case((is_newer, new[name]), else_=old[name]) for name in _LAST_FIELDS
+    }
+    set_ |= {
+        "model": new.model,
+        "updated_at": new.updated_at,
+        "request_count": old.request_count + new.request_count,
+        "total_prompt_tokens": old.total_prompt_tokens + new.total_prompt_tokens,
+        "total_completion_tokens": old.total_completion_tokens + new.total_completion_tokens,
+    }
+    stmt = stmt.on_conflict_do_update(index_elements=[old.scope, old.key], set_=set_)
+    return int((await conn.execute(stmt.returning(old.id))).scalar_one())
+
+
+def _usage_row(session_id: int, u: UsageRecord) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "at": _at(u),
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "message_count": u.message_count,
+        "estimated": u.estimated,
+    }
+
+
+def _at(u: UsageRecord) -> float:
+    if u.at is None:
+        raise ValueError("usage records reach the database stamped with `at`")
+    return u.at

@@ -1,0 +1,119 @@
+"""Write-behind for usage records: the response path hands a record over and never waits.
+
+One background task drains a bounded queue; whatever has piled up while the previous batch
+was being written goes out as the next batch, in one transaction. Under light load that is
+one record per transaction; under heavy load batches grow, so the database sees fewer
+commits exactly when it matters (one writer at a time on SQLite).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from storage.errors import DatabaseBusy, StorageError
+from storage.records import UsageRecord
+
+logger = logging.getLogger("ctxgate.storage")
+
+WriteBatch = Callable[[list[UsageRecord]], Awaitable[None]]
+
+
+class UsageWriter:
+    def __init__(
+        self,
+        write: WriteBatch,
+        *,
+        max_batch: int = 1000,
+        max_pending: int = 100_000,
+        busy_retries: int = 3,
+    ) -> None:
+        self._write = write
+        self._max_batch = max_batch
+        self._busy_retries = busy_retries
+        self._queue: asyncio.Queue[UsageRecord] = asyncio.Queue(max_pending)
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.written = 0
+        self.failed = 0
+        self.dropped = 0
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="ctxgate-usage")
+
+    def submit(self, record: UsageRecord) -> None:
+        """Enqueue without waiting; when closed or full the record is dropped and counted."""
+        if self._closed or self._task is None or self._task.done():
+            self._drop("the usage writer is not running")
+            return
+        try:
+            self._queue.put_nowait(record)
+        except asyncio.QueueFull:
+            self._drop("the usage queue is full")
+
+    async def flush(self) -> None:
+        """Wait until every record submitted so far has been written (or given up on)."""
+        if self._task is None or self._task.done():
+            return
+        joined = asyncio.ensure_future(self._queue.join())
+        try:
+            # A writer task that died must not leave the caller waiting forever.
+            await asyncio.wait({joined, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            joined.cancel()
+
+    async def close(self) -> None:
+        self._closed = True
+        await self.flush()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self._max_batch and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                await self._write_batch(batch)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    async def _write_batch(self, batch: list[UsageRecord]) -> None:
+        for attempt in range(self._busy_retries + 1):
+            try:
+                await self._write(batch)
+            except DatabaseBusy as exc:
+                error: Exception = exc
+                if attempt < self._busy_retries:
+                    await asyncio.sleep(0.1 * 4**attempt)
+                continue
+            except StorageError as exc:
+                error = exc
+                break
+            except Exception as exc:  # a bug here must not stop usage recording for good
+                logger.exception("usage write-behind failed unexpectedly")
+                error = exc
+                break
+            self.written += len(batch)
+            return
+        if len(batch) > 1 and not isinstance(error, DatabaseBusy):
+            # One bad record must not cost the whole batch.
+            for record in batch:
+                await self._write_batch([record])
+            return
+        self.failed += len(batch)
+        logger.error("usage write-behind dropped %d record(s): %s", len(batch), error)
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        if self.dropped == 1 or self.dropped % 1000 == 0:
+            logger.warning("%s; %d usage record(s) dropped so far", why, self.dropped)

@@ -1,0 +1,131 @@
+"""Small builders shared by the storage tests (real values, no doubles of our modules)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage import CompressionCommit, EventRecord, SessionKey, codec
+from storage import sessions as sessions_module
+from storage.db import Database
+from storage.tables import checkpoints, metadata
+
+T0 = 1_700_000_000.0
+
+
+class FakeClock:
+    """An injectable clock that only moves when told to."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def chain_digests(messages: Sequence[Any]) -> list[str]:
+    """digests[i] covers messages[0..i] (the proxy's chained digest, simplified)."""
+    out, h = [], ""
+    for m in messages:
+        h = hashlib.sha256((h + repr(m)).encode()).hexdigest()
+        out.append(h)
+    return out
+
+
+def history(n: int, tag: str = "") -> list[dict[str, Any]]:
+    roles = ("user", "assistant")
+    return [{"role": roles[i % 2], "content": f"{tag}message {i}"} for i in range(n)]
+
+
+def event(sk: SessionKey, **overrides: Any) -> EventRecord:
+    fields: dict[str, Any] = {
+        "sk": sk,
+        "trigger": "agent",
+        "outcome": "ok",
+        "tokens_before": 1000,
+        "tokens_after": 200,
+        "messages_before": 40,
+        "messages_after": 6,
+        "duration_ms": 12.5,
+    }
+    return EventRecord(**(fields | overrides))
+
+
+def commit(
+    sk: SessionKey,
+    digests: Sequence[str],
+    prefix_len: int,
+    *,
+    replacement: list[dict[str, Any]] | None = None,
+    archived: Sequence[tuple[int, dict[str, Any]]] = (),
+    state: dict[str, Any] | None = None,
+    rotate_to: str | None = None,
+    **event_overrides: Any,
+) -> CompressionCommit:
+    return CompressionCommit(
+        sk=sk,
+        model="gpt-test",
+        prefix_len=prefix_len,
+        prefix_digest=digests[prefix_len - 1],
+        messages=replacement or [{"role": "user", "content": f"summary of {prefix_len}"}],
+        summary=f"summary of {prefix_len}",
+        tokens_before=1000,
+        tokens_after=200,
+        archived=archived,
+        event=event(sk, **event_overrides),
+        engine_state=state or {"pass": prefix_len},
+        rotate_to=rotate_to,
+    )
+
+
+async def row_counts(url: str) -> dict[str, int]:
+    """Rows per table, read through a separate engine."""
+    db = Database.connect(url)
+    try:
+
+        async def count(conn: AsyncConnection) -> dict[str, int]:
+            return {
+                name: (await conn.execute(select(func.count()).select_from(table))).scalar_one()
+                for name, table in metadata.tables.items()
+            }
+
+        return await db.read(count)
+    finally:
+        await db.dispose()
+
+
+async def insert_checkpoints(
+    url: str, sk: SessionKey, digests: Sequence[str], lengths: Sequence[int]
+) -> None:
+    """Bulk-load checkpoints in one transaction (commit_compression costs ms apiece)."""
+    db = Database.connect(url)
+    try:
+
+        async def insert(conn: AsyncConnection) -> None:
+            session_id = await sessions_module.ensure(conn, sk, "gpt-test", T0)
+            rows = [
+                {
+                    "session_id": session_id,
+                    "prefix_len": length,
+                    "prefix_digest": digests[length - 1],
+                    "messages": codec.dumps([{"role": "user", "content": f"summary {length}"}]),
+                    "message_count": 1,
+                    "tokens_before": 1000,
+                    "tokens_after": 100,
+                    "summary": None,
+                    "created_at": T0,
+                }
+                for length in lengths
+            ]
+            await conn.execute(checkpoints.insert(), rows)
+
+        await db.write(insert)
+    finally:
+        await db.dispose()

@@ -1,0 +1,185 @@
+import dataclasses
+import time
+
+import pytest
+
+from storage import PROMPT_TOKENS_PENDING, SessionKey, SessionStore, StorageError
+from tests.storage.factories import (
+    FakeClock,
+    chain_digests,
+    commit,
+    event,
+    history,
+    insert_checkpoints,
+    row_counts,
+)
+
+SK = SessionKey("scope-a", "session-1")
+DIGESTS = chain_digests(history(12))
+
+
+async def test_no_checkpoint_yet(store: SessionStore) -> None:
+    assert await store.find_checkpoint(SK, DIGESTS) is None
+    assert await store.find_checkpoint(SK, []) is None
+
+
+async def test_commit_then_find(store: SessionStore, clock: FakeClock) -> None:
+    replacement = [{"role": "system", "content": "sys"}, {"role": "user", "content": "summary"}]
+    written = await store.commit_compression(commit(SK, DIGESTS, 8, replacement=replacement))
+    found = await store.find_checkpoint(SK, DIGESTS)
+    assert found == written
+    assert (found.prefix_len, found.messages, found.created_at) == (8, replacement, clock())
+    assert found.sk == SK
+
+
+async def test_longest_prefix_wins_then_newest(store: SessionStore, clock: FakeClock) -> None:
+    await store.commit_compression(commit(SK, DIGESTS, 4))
+    clock.advance(1)
+    first_at_8 = await store.commit_compression(commit(SK, DIGESTS, 8))
+    clock.advance(1)
+    second_at_8 = await store.commit_compression(commit(SK, DIGESTS, 8))
+    clock.advance(1)
+    await store.commit_compression(commit(SK, DIGESTS, 6))
+    found = await store.find_checkpoint(SK, DIGESTS)
+    assert found is not None and found.id == second_at_8.id != first_at_8.id
+
+
+async def test_checkpoint_longer_than_the_request_is_ignored(store: SessionStore) -> None:
+    short = await store.commit_compression(commit(SK, DIGESTS, 3))
+    await store.commit_compression(commit(SK, DIGESTS, 10))
+    found = await store.find_checkpoint(SK, DIGESTS[:6])  # a regeneration of turn 6
+    assert found is not None and found.id == short.id
+
+
+async def test_edited_history_matches_nothing(store: SessionStore) -> None:
+    await store.commit_compression(commit(SK, DIGESTS, 8))
+    edited = chain_digests([{"role": "user", "content": "changed"}, *history(12)[1:]])
+    assert await store.find_checkpoint(SK, edited) is None
+
+
+async def test_digest_at_another_position_does_not_match(store: SessionStore) -> None:
+    bad = dataclasses.replace(commit(SK, DIGESTS, 8), prefix_digest=DIGESTS[2])
+    await store.commit_compression(bad)
+    assert await store.find_checkpoint(SK, DIGESTS) is None
+
+
+async def test_another_scope_never_sees_the_checkpoint(store: SessionStore) -> None:
+    await store.commit_compression(commit(SK, DIGESTS, 8))
+    assert await store.find_checkpoint(SessionKey("scope-b", SK.key), DIGESTS) is None
+
+
+async def test_histories_longer_than_one_in_chunk(store: SessionStore) -> None:
+    digests = chain_digests(history(1200))
+    early = await store.commit_compression(commit(SK, digests, 300))
+    late = await store.commit_compression(commit(SK, digests, 1100))
+    assert (await store.find_checkpoint(SK, digests)) == late
+    assert (await store.find_checkpoint(SK, digests[:700])) == early
+    assert await store.find_checkpoint(SK, digests[:299]) is None
+
+
+async def test_find_among_5000_checkpoints(store: SessionStore, store_url: str) -> None:
+    digests = chain_digests(history(5000))
+    await insert_checkpoints(store_url, SK, digests, range(1, 5001))
+    started = time.perf_counter()
+    found = await store.find_checkpoint(SK, digests)
+    assert found is not None and found.prefix_len == 5000
+    found = await store.find_checkpoint(SK, digests[:2345])
+    assert found is not None and found.prefix_len == 2345
+    assert await store.find_checkpoint(SK, chain_digests(history(5000, tag="x"))) is None
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    print(f"\n3 finds among 5000 checkpoints on {store.dialect}: {elapsed_ms:.1f} ms")
+
+
+async def test_commit_updates_the_session(store: SessionStore, clock: FakeClock) -> None:
+    cp = await store.commit_compression(commit(SK, DIGESTS, 8, state={"strikes": 0}))
+    s = await store.get_session(SK)
+    assert s is not None
+    assert (s.compression_count, s.last_prompt_tokens, s.engine_state) == (
+        1,
+        PROMPT_TOKENS_PENDING,
+        {"strikes": 0},
+    )
+    assert s.last_compression_at == clock() and s.model == "gpt-test"
+    detail = await store.session_detail(SK)
+    assert detail is not None
+    assert [(e.checkpoint_id, e.trigger, e.outcome) for e in detail.events] == [
+        (cp.id, "agent", "ok")
+    ]
+    assert [(c.id, c.prefix_len, c.message_count) for c in detail.checkpoints] == [(cp.id, 8, 1)]
+
+
+async def test_failed_event_insert_leaves_no_checkpoint(
+    store: SessionStore, store_url: str
+) -> None:
+    archived = [(i, m) for i, m in enumerate(history(8))]
+    with pytest.raises(StorageError):
+        # A negative duration violates a CHECK constraint: the last insert of the transaction.
+        await store.commit_compression(commit(SK, DIGESTS, 8, archived=archived, duration_ms=-1))
+    assert await store.find_checkpoint(SK, DIGESTS) is None
+    assert await store.get_session(SK) is None
+    counts = await row_counts(store_url)
+    assert counts["checkpoints"] == counts["archived_messages"] == counts["events"] == 0
+
+
+async def test_archive_dedupes_by_position_and_content(store: SessionStore) -> None:
+    messages = history(12)
+    first = await store.commit_compression(
+        commit(SK, DIGESTS, 6, archived=list(enumerate(messages[:6])))
+    )
+    # The next pass replaces 0..9 again; 0..5 were archived already. Key order must not matter.
+    again = [(i, dict(reversed(m.items()))) for i, m in enumerate(messages[:10])]
+    again[3] = (3, {"role": "assistant", "content": "the same slot, different text"})
+    second = await store.commit_compression(commit(SK, DIGESTS, 10, archived=again))
+    archive = await store.archived_messages(SK)
+    assert [(a.position, a.checkpoint_id) for a in archive] == [
+        (0, first.id), (1, first.id), (2, first.id), (3, first.id), (3, second.id),
+        (4, first.id), (5, first.id), (6, second.id), (7, second.id), (8, second.id),
+        (9, second.id),
+    ]  # fmt: skip
+    assert archive[0].message == messages[0]
+
+
+async def test_large_unicode_replacement_round_trips(store: SessionStore) -> None:
+    big = "résumé 🤖 " * 15_000 + "\ud800 lone surrogate"  # ~150 KB
+    replacement = [{"role": "user", "content": big, "extra": {"nested": [1, None, True]}}]
+    await store.commit_compression(commit(SK, DIGESTS, 8, replacement=replacement))
+    found = await store.find_checkpoint(SK, DIGESTS)
+    assert found is not None and found.messages == replacement
+
+
+async def test_rotation_creates_a_linked_child(store: SessionStore) -> None:
+    await store.commit_compression(commit(SK, DIGESTS, 4))
+    archived = list(enumerate(history(8)))
+    cp = await store.commit_compression(commit(SK, DIGESTS, 8, archived=archived, rotate_to="s1-2"))
+    child_key = SessionKey(SK.scope, "s1-2")
+    parent, child = await store.get_session(SK), await store.get_session(child_key)
+    assert parent is not None and child is not None
+    assert (parent.child_key, child.parent_key) == ("s1-2", SK.key)
+    assert cp.sk == child_key and child.compression_count == 1
+    assert child.last_prompt_tokens == PROMPT_TOKENS_PENDING
+    assert await store.find_checkpoint(child_key, DIGESTS) == cp
+    found_on_parent = await store.find_checkpoint(SK, DIGESTS)
+    assert found_on_parent is not None and found_on_parent.prefix_len == 4
+    assert len(await store.archived_messages(child_key)) == 8
+
+
+async def test_rotation_to_a_taken_key_writes_nothing(store: SessionStore) -> None:
+    taken = SessionKey(SK.scope, "taken")
+    await store.save_engine_state(taken, {})
+    with pytest.raises(StorageError):
+        await store.commit_compression(commit(SK, DIGESTS, 8, rotate_to="taken"))
+    assert await store.get_session(SK) is None
+    assert await store.find_checkpoint(taken, DIGESTS) is None
+
+
+async def test_add_event_without_checkpoint(store: SessionStore, clock: FakeClock) -> None:
+    event_id = await store.add_event(
+        event(SK, outcome="failed", error="summary call timed out", tokens_after=0)
+    )
+    detail = await store.session_detail(SK)
+    assert detail is not None and detail.session.compression_count == 0
+    assert [(e.id, e.outcome, e.error, e.checkpoint_id, e.at) for e in detail.events] == [
+        (event_id, "failed", "summary call timed out", None, clock())
+    ]
+    with pytest.raises(StorageError):
+        await store.add_event(event(SK, messages_before=-5))
