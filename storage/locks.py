@@ -103,6 +103,13 @@ class SessionLocks:
             del self._entries[sk]
 
     async def _take_lease(self, sk: SessionKey, deadline: float) -> bool:
+        try:
+            return await self._poll_lease(sk, deadline)
+        except asyncio.CancelledError:
+            await self._release(sk)  # it may have been granted just as we were cancelled
+            raise
+
+    async def _poll_lease(self, sk: SessionKey, deadline: float) -> bool:
         loop = asyncio.get_running_loop()
         delay = self._poll_s
         while True:

@@ -1,7 +1,10 @@
 """SessionStore: the one object the proxy talks to about persistent session state.
 
 Every public coroutine either succeeds or raises StorageError; record_usage_later never
-raises. Values in and out are the frozen dataclasses of storage.records.
+raises. Values in and out are the frozen dataclasses of storage.records. A call cancelled
+while its transaction runs lets the transaction finish (so it may have committed) and then
+re-raises the cancellation: a compression that cost a summary call is not thrown away, and
+no connection is left holding SQLite's write lock.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 import dataclasses
 import time
+import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from storage import PROMPT_TOKENS_PENDING, SessionKey, SessionStore, StorageError
 from tests.storage.factories import (
@@ -73,7 +76,7 @@ async def test_histories_longer_than_one_in_chunk(store: SessionStore) -> None:
     early = await store.commit_compression(commit(SK, digests, 300))
     late = await store.commit_compression(commit(SK, digests, 1100))
     assert (await store.find_checkpoint(SK, digests)) == late
-    assert (await store.find_checkpoint(SK, digests[:700])) == early
+    assert (await store.find_checkpoint(SK, digests[:1000])) == early  # beyond the first lookup
     assert await store.find_checkpoint(SK, digests[:299]) is None
 
 
@@ -183,3 +186,30 @@ async def test_add_event_without_checkpoint(store: SessionStore, clock: FakeCloc
     ]
     with pytest.raises(StorageError):
         await store.add_event(event(SK, messages_before=-5))
+
+
+MAIN = chain_digests(history(60))
+FORK = chain_digests(history(60, tag="fork "))
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    written=st.lists(st.tuples(st.integers(1, 60), st.booleans()), max_size=8),
+    n=st.integers(0, 60),
+)
+async def test_find_agrees_with_a_model(
+    store: SessionStore, written: list[tuple[int, bool]], n: int
+) -> None:
+    sk = SessionKey("scope-a", uuid.uuid4().hex)  # a fresh session per example
+    ids = []
+    for length, on_fork in written:
+        cp = await store.commit_compression(commit(sk, FORK if on_fork else MAIN, length))
+        ids.append((length, cp.id, on_fork))
+    candidates = [(length, cp_id) for length, cp_id, fork in ids if not fork and length <= n]
+    found = await store.find_checkpoint(sk, MAIN[:n])
+    expected = max(candidates, default=None)
+    assert (None if found is None else (found.prefix_len, found.id)) == expected

@@ -1,4 +1,5 @@
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from pathlib import Path
@@ -89,3 +90,22 @@ def test_a_locked_database_is_reported_as_database_busy(tmp_path: Path) -> None:
     finally:
         engine.dispose()
         holder.close()
+
+
+async def test_a_cancelled_write_leaves_the_database_usable(store: SessionStore) -> None:
+    sk = SessionKey("scope", "s")
+    long_history = history(2000)
+    digests = chain_digests(long_history)
+    for delay in (0, 0.001, 0.003, 0.01, 0.03):
+        big = commit(sk, digests, 2000, archived=list(enumerate(long_history)))
+        task = asyncio.create_task(store.commit_compression(big))
+        await asyncio.sleep(delay)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        # The next writes go through at once; nothing is half-written.
+        await store.record_usage(UsageRecord(sk, "m", 1, 1, 1))
+        detail = await store.session_detail(sk)
+        assert detail is not None
+        assert len(detail.checkpoints) == len(detail.events) == detail.session.compression_count
+        assert detail.archived_count == (2000 if detail.checkpoints else 0)
