@@ -86,8 +86,10 @@ def decide(
         # Right after a compression the estimate defers to the coming real figure: this keeps
         # estimate error from starting a compress loop. Hygiene above still guards the window.
         return "none", pressure
-    if turn.checkpoint_id is not None and background:
-        return "none", pressure  # the post-response path compresses this view in the background
+    if background and pressure.exact:
+        # A session with a real figure is compressed after its response, in the background,
+        # so the client never waits; hygiene above still guards the window meanwhile.
+        return "none", pressure
     if blocked_reason(turn.state, now) is not None:
         return "none", pressure
     return "preflight", pressure
