@@ -22,6 +22,7 @@ from compression.options import CompressorOptions
 from compression.state import blocked_reason, record_real_usage
 from compression.thresholds import Limits, limits_for
 from compression.tokens import counter_for_model
+from compression.types import Message
 from proxy.chat_request import ChatRequest
 from proxy.compaction import Attempt, Compactor
 from proxy.headers import upstream_request_headers
@@ -136,6 +137,9 @@ class Conversations:
         )
         if session is not None and session.compression_count > 0:
             await self.compactor.apply_checkpoint(turn)
+        last = self.last_turns.get(key)
+        if last is not None:
+            turn.anchored = _extends(turn.view, last.view)
         await self._arrival_triggers(turn)
         return turn
 
@@ -344,3 +348,13 @@ class Conversations:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _extends(view: list[Message], earlier: list[Message]) -> bool:
+    """Whether `view` continues `earlier` (an edit, a fork or a new checkpoint breaks it).
+
+    Comparing the first and the last message of `earlier` is enough in practice and costs two
+    dict comparisons instead of a pass over the history.
+    """
+    n = len(earlier)
+    return len(view) >= n > 0 and view[0] == earlier[0] and view[n - 1] == earlier[-1]

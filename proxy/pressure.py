@@ -48,6 +48,7 @@ def measure(turn: Turn, counter: TokenCounter, calibration: Calibration) -> Pres
     session = turn.session
     if (
         session is not None
+        and turn.anchored
         and session.last_prompt_tokens is not None
         and session.last_prompt_tokens > 0
         and session.last_message_count is not None

@@ -50,6 +50,7 @@ class Turn:
     max_tokens: int | None = None
     estimate: int | None = None  # ctxgate's token figure for the view, when computed
     started_at: float = 0.0
+    anchored: bool = True  # the session's last real figure was measured on a prefix of this view
     notes: list[CompressionNote] = field(default_factory=list)
 
     @property

@@ -94,7 +94,10 @@ def test_regeneration_and_fork_each_get_a_correct_view(sim32k: Simulator, db_pat
         client = make_client(proxy)
         headers = {"X-Session-Id": "fork"}
         # Regeneration: the same history again uses the same checkpoint.
-        client.chat.completions.create(model=MODEL, messages=loop.messages, extra_headers=headers)
+        again = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=loop.messages, extra_headers=headers
+        )
+        regenerated_checkpoint = again.headers["x-ctxgate-checkpoint"]
         regenerated = sim32k.chat_requests[-1].body["messages"]
         assert len(regenerated) < len(loop.messages)
         # Fork: an edited early user message matches no checkpoint, so the full history goes.
@@ -103,9 +106,12 @@ def test_regeneration_and_fork_each_get_a_correct_view(sim32k: Simulator, db_pat
         raw = client.chat.completions.with_raw_response.create(
             model=MODEL, messages=forked, extra_headers=headers
         )
-    received = [r for r in sim32k.chat_requests if not r.is_summary][-1].body["messages"]
-    assert received[1]["content"] == "A different task altogether."
-    assert "x-ctxgate-checkpoint" not in raw.headers or raw.headers["x-ctxgate-trigger"]
+    forwarded = str([r for r in sim32k.chat_requests if not r.is_summary][-1].body["messages"])
+    # The fork may be compressed on its own (it is over the threshold), never with the
+    # original conversation's checkpoint or summary.
+    assert "A different task altogether." in forwarded
+    assert loop.messages[1]["content"] not in forwarded
+    assert raw.headers.get("x-ctxgate-checkpoint") != regenerated_checkpoint
 
 
 def test_rotation_moves_the_session_to_a_linked_child(sim32k: Simulator, db_path: str) -> None:
