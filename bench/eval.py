@@ -1,0 +1,114 @@
+"""Compression-quality evaluation of ctxgate on long sessions chained from the shared corpus.
+
+    .venv/bin/python bench/eval.py                 # full: 8K + 16K, 6 sessions each, 5 arms
+    .venv/bin/python bench/eval.py --quick         # 3 sessions at 8K, arms main + bg-off (~1-2 min)
+    .venv/bin/python bench/eval.py --sessions 3 --window 16384 --arms main,fail --out /tmp/x
+    CTXGATE_EVAL_LLAMA_URL=http://127.0.0.1:8080/v1 .venv/bin/python bench/eval.py --quick
+    .venv/bin/python bench/eval.py --quick --llama auto    # SmolLM2 via tests/llamacpp_server.py
+
+Each session (tau-bench airline conversations chained; SWE-agent text-action and
+function-calling trajectories chained) is replayed turn by turn through a real ctxgate in front of
+the provider simulator with the official OpenAI SDK: the history is always the ORIGINAL one and
+only ctxgate's forwarded view differs. Compared with the full history and with JetBrains-style
+observation masking (last 10 tool outputs kept). Metrics: overflow errors at the client,
+structural validity of every forwarded request, billed prompt tokens (summary calls included),
+fit, retention of user messages / artifacts / planted needles in the final forwarded view,
+prompt-cache prefix reuse, compressions by trigger, added latency with background compression on
+and off. Writes eval.json, eval.md and eval.png under --out (default bench/results/) and prints
+the Markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a script: make `bench`, `compression`, `tests` importable
+    sys.path.insert(0, str(REPO))
+
+from bench.evaluation.corpus import CorpusMissing  # noqa: E402
+from bench.evaluation.report import markdown, write  # noqa: E402
+from bench.evaluation.runner import ARMS, QUICK_ARMS, EvalConfig, EvalResults, evaluate  # noqa: E402
+
+DEFAULT_OUT = REPO / "bench" / "results"
+QUICK_WINDOW = 8192
+QUICK_SESSIONS = 3
+
+
+def config_from(args: argparse.Namespace) -> EvalConfig:
+    windows = (
+        tuple(args.window) if args.window else ((QUICK_WINDOW,) if args.quick else (8192, 16384))
+    )
+    arms = tuple(args.arms.split(",")) if args.arms else (QUICK_ARMS if args.quick else tuple(ARMS))
+    sessions = args.sessions if args.sessions is not None else (QUICK_SESSIONS if args.quick else 6)
+    llama = args.llama or os.environ.get("CTXGATE_EVAL_LLAMA_URL") or None
+    return EvalConfig(
+        windows=windows,
+        sessions=sessions,
+        size_factor=args.size,
+        arms=arms,
+        gap_s=args.gap_ms / 1000,
+        seed=args.seed,
+        corpus=args.corpus,
+        show_progress=not args.no_progress,
+        llama_url=llama,
+        quick=args.quick,
+    )
+
+
+def run(config: EvalConfig, out: Path) -> EvalResults:
+    """The in-process entry point (used by tests/test_eval.py): evaluate and write results."""
+    results = evaluate(config)
+    write(results, out)
+    return results
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="3 sessions at 8K, arms main + bg-off")
+    parser.add_argument("--sessions", type=int, help="sessions per window (default 6; quick 3)")
+    parser.add_argument("--window", type=int, action="append", help="window in tokens (repeatable)")
+    parser.add_argument("--arms", help=f"comma-separated arms from {','.join(ARMS)}")
+    parser.add_argument("--size", type=float, default=5.0, help="session length in windows (>= 5)")
+    parser.add_argument(
+        "--gap-ms", type=float, default=20.0, help="pause between turns (tool time)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="needle codes")
+    parser.add_argument(
+        "--corpus", type=Path, help="shared/corpus folder (default: searched upward)"
+    )
+    parser.add_argument(
+        "--llama", help="real-model probes: a /v1 base URL, or 'auto' to start SmolLM2"
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = config_from(args)
+    try:
+        results = run(config, args.out)
+    except CorpusMissing as exc:
+        print(
+            f"eval: {exc}; put the shared corpus beside the clone (shared/corpus)", file=sys.stderr
+        )
+        return 2
+    print(markdown(results))
+    if config.llama_url is None:
+        print(
+            "(real-model probes skipped: set CTXGATE_EVAL_LLAMA_URL or pass --llama auto)",
+            file=sys.stderr,
+        )
+    bad = sum(a.client_overflows + a.invalid for s in results.sessions for a in s.arms.values())
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""The shared corpus and the long sessions chained from it.
+
+A session is one long client history built by chaining real transcripts: the first
+transcript's system prompt, then every transcript's turns (later tasks arrive as new user
+turns). Sessions are chained until they reach a multiple of the window under test, because
+the public transcripts are short (at most ~14K tokens each).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.simulator.tokens import count_text, message_tokens
+
+Message = dict[str, Any]
+
+TAU_FILE = "tau_bench_airline_gpt4o.jsonl"
+TAU_TOOLS = "tools/tau_bench_airline_tools.json"
+SWE_TEXT_FILES = ("sweagent_text_trajs.jsonl", "minisweagent_test_trajs.jsonl")
+SWE_FC_FILE = "sweagent_fc_demos.jsonl"
+KINDS = ("tau", "swe-text", "swe-fc")
+MAX_PASSES = 6  # a small corpus may be cycled to reach the target size, but not forever
+
+
+class CorpusMissing(RuntimeError):
+    """The shared corpus is not where CI or a developer checkout puts it."""
+
+
+def find_corpus(start: Path) -> Path:
+    """`shared/corpus` in `start` or one of its parents (CI puts shared/ beside the clone)."""
+    for folder in (start, *start.parents):
+        candidate = folder / "shared" / "corpus"
+        if (candidate / TAU_FILE).is_file():
+            return candidate
+    raise CorpusMissing(f"no shared/corpus/{TAU_FILE} above {start}")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """One corpus conversation, cut after its last assistant message."""
+
+    source: str
+    messages: list[Message]
+    observations_are_users: bool  # text-action agents: tool output comes back as `user`
+
+
+@dataclass
+class Needle:
+    place: str  # "user" (a statement of the client) or "tool" (an observation)
+    depth: float  # requested position, share of the session's tokens
+    actual_depth: float
+    index: int  # message index in the session
+    code: str
+
+
+@dataclass
+class Session:
+    name: str
+    kind: str
+    window: int
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None
+    stated: list[int]  # indices of user messages that are the client's own words
+    observations: list[int]  # indices of tool outputs (tool role, or user role in text agents)
+    sources: list[str]
+    needles: list[Needle] = field(default_factory=list)
+    _tokens: list[int] | None = None
+
+    def message_tokens(self) -> list[int]:
+        """Provider-counted tokens per message (cached; call `forget_tokens` after edits)."""
+        if self._tokens is None:
+            self._tokens = [message_tokens(m) for m in self.messages]
+        return self._tokens
+
+    def forget_tokens(self) -> None:
+        self._tokens = None
+
+    def tools_tokens(self) -> int:
+        if not self.tools:
+            return 0
+        return count_text(json.dumps(self.tools, ensure_ascii=False, separators=(",", ":")))
+
+    def points(self) -> list[int]:
+        """Prefix lengths sent as requests: a user/tool message followed by an assistant one."""
+        msgs = self.messages
+        return [
+            i + 1
+            for i in range(len(msgs) - 1)
+            if msgs[i].get("role") in ("user", "tool") and msgs[i + 1].get("role") == "assistant"
+        ]
+
+    def total_tokens(self) -> int:
+        return sum(self.message_tokens()) + self.tools_tokens() + 3
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _trimmed(messages: list[Message]) -> list[Message]:
+    """Cut after the last complete exchange (a plain assistant reply, or the tool result that
+    answers the last pending call): a run that stops on an unanswered call would otherwise
+    leave the next chained task behind it."""
+    pending: set[str] = set()
+    cut = 1
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            pending = {call.get("id", "") for call in message.get("tool_calls") or []}
+        elif role == "tool":
+            pending.discard(message.get("tool_call_id", ""))
+        if role in ("assistant", "tool") and not pending:
+            cut = index + 1
+    return messages[:cut]
+
+
+def load_transcripts(corpus: Path, kind: str) -> list[Transcript]:
+    if kind == "tau":
+        rows = _rows(corpus / TAU_FILE)
+        return [Transcript(r["id"], _trimmed(r["messages"]), False) for r in rows]
+    if kind == "swe-fc":
+        return [
+            Transcript(r["id"], _trimmed(r["messages"]), False) for r in _rows(corpus / SWE_FC_FILE)
+        ]
+    if kind == "swe-text":
+        rows = [row for name in SWE_TEXT_FILES for row in _rows(corpus / name)]
+        return [Transcript(r["id"], _trimmed(r["messages"]), True) for r in rows]
+    raise ValueError(f"unknown session kind {kind!r}; choose from {KINDS}")
+
+
+def load_tools(corpus: Path, kind: str) -> list[dict[str, Any]] | None:
+    """Only tau-bench ships its tool schemas; SWE-agent demos are sent without `tools`."""
+    if kind != "tau":
+        return None
+    tools: list[dict[str, Any]] = json.loads((corpus / TAU_TOOLS).read_text())
+    return tools
+
+
+def _rotation(items: Sequence[Transcript], start: int) -> Iterator[Transcript]:
+    for n in range(len(items) * MAX_PASSES):
+        yield items[(start + n) % len(items)]
+
+
+def _fits(transcript: Transcript, max_message: int) -> bool:
+    # System prompts are left out: only the first transcript's is used, as the session head.
+    return all(
+        message_tokens(m) <= max_message for m in transcript.messages if m.get("role") != "system"
+    )
+
+
+@dataclass
+class _Builder:
+    """Accumulates transcripts into one session and remembers who said what."""
+
+    messages: list[Message] = field(default_factory=list)
+    stated: list[int] = field(default_factory=list)
+    observations: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    tokens: int = 0
+
+    def add(self, transcript: Transcript) -> None:
+        body = transcript.messages
+        if not self.messages:
+            self.messages.append(body[0])
+            self.tokens += message_tokens(body[0])
+        seen_assistant = False
+        for message in body[1:]:
+            role = message.get("role")
+            if role == "system":
+                continue  # later transcripts' system prompts: one session has one head
+            index = len(self.messages)
+            if role == "tool" or (
+                role == "user" and transcript.observations_are_users and seen_assistant
+            ):
+                self.observations.append(index)
+            elif role == "user":
+                self.stated.append(index)
+            seen_assistant = seen_assistant or role == "assistant"
+            self.messages.append(message)
+            self.tokens += message_tokens(message)
+        self.sources.append(transcript.source)
+
+
+def chain(
+    transcripts: Sequence[Transcript], start: int, target_tokens: int, max_message: int
+) -> tuple[_Builder, int]:
+    """Chain transcripts from `start` until `target_tokens`; returns the builder and next start.
+
+    Transcripts holding a single message over `max_message` tokens are skipped: a message that
+    takes a large share of the window leaves no room to compress around it (SWE-agent
+    demonstrations reach 8K tokens).
+    """
+    usable = [t for t in transcripts if _fits(t, max_message)]
+    if not usable:
+        raise ValueError(f"no transcript keeps every message under {max_message} tokens")
+    builder = _Builder()
+    taken = 0
+    for transcript in _rotation(usable, start):
+        builder.add(transcript)
+        taken += 1
+        if builder.tokens >= target_tokens:
+            break
+    return builder, (start + taken) % len(usable)
+
+
+def build_sessions(
+    corpus: Path, kinds: Sequence[str], window: int, size_factor: float
+) -> list[Session]:
+    """One session per entry of `kinds`; each kind continues where its previous session ended."""
+    cursors = dict.fromkeys(KINDS, 0)
+    counts = dict.fromkeys(KINDS, 0)
+    loaded = {kind: load_transcripts(corpus, kind) for kind in set(kinds)}
+    sessions: list[Session] = []
+    for kind in kinds:
+        tools = load_tools(corpus, kind)
+        builder, cursors[kind] = chain(
+            loaded[kind], cursors[kind], int(window * size_factor), max_message=int(window * 0.3)
+        )
+        name = f"{kind}-{window // 1024}k-{counts[kind]}"
+        counts[kind] += 1
+        sessions.append(
+            Session(
+                name,
+                kind,
+                window,
+                [dict(m) for m in builder.messages],  # copies: needles are planted in place
+                tools,
+                builder.stated,
+                builder.observations,
+                builder.sources,
+            )
+        )
+    return sessions

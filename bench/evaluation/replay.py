@@ -1,0 +1,295 @@
+"""Replay a session through a real ctxgate in front of the provider simulator.
+
+At every request point of the original transcript the client sends its history so far with the
+official OpenAI SDK (X-Session-Id set); the simulator's answer is discarded and the ORIGINAL
+assistant message is appended instead, so the client's history is the real one and only
+ctxgate's forwarded view differs from it.
+
+Added latency is paired per turn: the time ctxgate took (request sent -> response headers,
+timed by httpx event hooks so SDK serialisation is excluded) minus the time a twin simulator
+took for the very bytes ctxgate forwarded.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from bench.evaluation.corpus import Session
+from proxy.identity import scope_for
+from storage import SessionKey
+from tests.servers import ProxyServer, settings_for
+from tests.simulator import (
+    Fail,
+    ModelSpec,
+    Received,
+    Reply,
+    Simulator,
+    build_summary,
+    count_text,
+    is_summary_request,
+    requested_max_tokens,
+)
+
+MODEL = "gpt-4o"  # o200k_base on both sides: ctxgate's estimate and the simulator's count agree
+CLIENT_KEY = "sk-eval-client"
+SETTLE_S = 0.3  # quiet time after the last turn before background work counts as finished
+SETTLE_MAX_S = 15.0
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Turn:
+    end: int  # prefix length the client sent
+    seconds: float | None  # through ctxgate: request written -> response headers
+    direct_seconds: float | None  # the forwarded bytes sent straight to a twin simulator
+    forwarded: Received | None  # the ordinary request ctxgate forwarded and got answered
+    headers: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    overflow: bool = False  # the client itself received a context-overflow error
+
+    @property
+    def added_ms(self) -> float | None:
+        if self.seconds is None or self.direct_seconds is None:
+            return None
+        return (self.seconds - self.direct_seconds) * 1000
+
+    @property
+    def sync_compression(self) -> bool:
+        return "x-ctxgate-trigger" in self.headers
+
+
+@dataclass
+class Replay:
+    session: str
+    background: bool
+    summarizer: str
+    turns: list[Turn]
+    requests: list[Received]  # every chat request the simulator received (summaries included)
+    events: list[tuple[str, str]]  # (trigger, outcome) of the compression events ctxgate stored
+    seconds: float
+
+
+class _Stopwatch:
+    """httpx event hooks: the request hook runs once the body is built, the response hook on
+    the response headers — the span excludes client-side JSON encoding."""
+
+    def __init__(self) -> None:
+        self.sent = 0.0
+        self.answered = 0.0
+
+    def _request(self, request: httpx.Request) -> None:
+        self.sent = time.perf_counter()
+
+    def _response(self, response: httpx.Response) -> None:
+        self.answered = time.perf_counter()
+
+    def client(self) -> httpx.Client:
+        hooks: dict[str, list[Callable[..., Any]]] = {
+            "request": [self._request],
+            "response": [self._response],
+        }
+        return httpx.Client(event_hooks=hooks, timeout=120)
+
+    def elapsed(self) -> float:
+        return self.answered - self.sent
+
+
+SUMMARIZERS = ("fit", "stub", "fail")
+
+
+def _fit_summary(body: dict[str, Any]) -> Reply:
+    """The simulator's deterministic summary, cut at a line boundary to the requested output
+    limit: a summary model that respects its budget."""
+    text = build_summary(body)
+    limit = requested_max_tokens(body)
+    while limit is not None and count_text(text) > limit and "\n" in text.rstrip("\n"):
+        text = text.rstrip("\n").rsplit("\n", 1)[0] + "\n"
+    return Reply(content=text, finish_reason="stop")
+
+
+def _responder(summarizer: str) -> Callable[[dict[str, Any]], Reply | Fail | None]:
+    """Ordinary replies are discarded by the replay, so they are instant and constant.
+
+    Summary requests: `fit` (default) a budget-respecting summary; `stub` the simulator's own
+    summarizer, which overruns long inputs and answers `finish_reason: length`; `fail` a 500,
+    so ctxgate falls back to its deterministic summary.
+    """
+
+    def respond(body: dict[str, Any]) -> Reply | Fail | None:
+        if not is_summary_request(body):
+            return Reply(content="ok")
+        if summarizer == "fail":
+            return Fail(500)
+        return _fit_summary(body) if summarizer == "fit" else None
+
+    return respond
+
+
+def simulator_for(window: int, summarizer: str) -> Simulator:
+    sim = Simulator(models={MODEL: ModelSpec(window=window)}, validate_messages=True)
+    sim.responder = _responder(summarizer)
+    return sim
+
+
+def _is_overflow(exc: openai.APIStatusError) -> bool:
+    text = str(exc).lower()
+    return exc.status_code in (400, 413, 422) and ("context" in text or "too long" in text)
+
+
+@dataclass
+class _Driver:
+    session: Session
+    client: openai.OpenAI
+    watch: _Stopwatch
+    session_id: str
+    direct: httpx.Client | None
+    direct_url: str
+    direct_watch: _Stopwatch
+
+    def ask(self, end: int) -> Turn:
+        # The history goes in `extra_body` (merged into the JSON as is): the SDK's recursive
+        # TypedDict transform of `messages` costs ~0.2 s per turn on a 40K-token history and
+        # would dominate the run; the bytes on the wire are the same.
+        body: dict[str, Any] = {"messages": self.session.messages[:end]}
+        if self.session.tools:
+            body["tools"] = self.session.tools
+        kwargs: dict[str, Any] = {
+            "model": MODEL,
+            "messages": [],
+            "extra_body": body,
+            "extra_headers": {"X-Session-Id": self.session_id},
+        }
+        try:
+            raw = self.client.chat.completions.with_raw_response.create(**kwargs)
+        except openai.APIStatusError as exc:
+            return Turn(
+                end,
+                None,
+                None,
+                None,
+                error=f"{exc.status_code}: {exc}"[:500],
+                overflow=_is_overflow(exc),
+            )
+        except openai.APIError as exc:
+            return Turn(end, None, None, None, error=f"{type(exc).__name__}: {exc}"[:500])
+        headers = {k: v for k, v in raw.headers.items() if k.startswith("x-ctxgate-")}
+        return Turn(end, self.watch.elapsed(), None, None, headers)
+
+    def time_direct(self, forwarded: Received) -> float | None:
+        if self.direct is None:
+            return None
+        answer = self.direct.post(
+            self.direct_url,
+            content=forwarded.raw,
+            headers={"content-type": "application/json", "authorization": "Bearer sk-direct"},
+        )
+        return self.direct_watch.elapsed() if answer.status_code == 200 else None
+
+
+def _forwarded(new: list[Received]) -> Received | None:
+    answered = [r for r in new if r.is_chat and not r.is_summary and r.status == 200]
+    return answered[-1] if answered else None
+
+
+def _settle(sim: Simulator) -> None:
+    """Wait until background compression stops talking to the simulator (bounded)."""
+    deadline = time.monotonic() + SETTLE_MAX_S
+    seen = len(sim.received)
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = len(sim.received)
+        if now != seen:
+            seen, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= SETTLE_S:
+            return
+
+
+def stored_events(proxy: ProxyServer, session_id: str) -> list[tuple[str, str, str | None]]:
+    """(trigger, outcome, error) of every compression event ctxgate stored for the session."""
+    key = SessionKey(scope_for(CLIENT_KEY), session_id)
+    detail = proxy.run(proxy.services.store.session_detail(key))
+    return [] if detail is None else [(e.trigger, e.outcome, e.error) for e in detail.events]
+
+
+def replay(
+    session: Session,
+    *,
+    background: bool = True,
+    summarizer: str = "fit",
+    options: dict[str, Any] | None = None,
+    measure_direct: bool = True,
+    gap_s: float = 0.0,
+    progress: Progress | None = None,
+) -> Replay:
+    """Send every request point of `session` through a fresh ctxgate; record what it did."""
+    started = time.monotonic()
+    session_id = f"eval-{session.name}-{uuid.uuid4().hex[:8]}"
+    with ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ctxgate-eval-")))
+        sim = stack.enter_context(simulator_for(session.window, summarizer))
+        twin = (
+            stack.enter_context(simulator_for(session.window, summarizer))
+            if measure_direct
+            else None
+        )
+        models = [{"match": "*", "upstream": "sim", "context_length": session.window}]
+        settings = settings_for(
+            sim.base_url,
+            str(folder / "ctxgate.db"),
+            models=models,
+            compression={"background": background, "options": options or {}},
+        )
+        proxy = stack.enter_context(ProxyServer(settings))
+        watch, direct_watch = _Stopwatch(), _Stopwatch()
+        http = stack.enter_context(watch.client())
+        direct = stack.enter_context(direct_watch.client()) if twin is not None else None
+        client = openai.OpenAI(
+            base_url=proxy.base_url, api_key=CLIENT_KEY, max_retries=0, http_client=http
+        )
+        driver = _Driver(
+            session,
+            client,
+            watch,
+            session_id,
+            direct,
+            f"{twin.base_url}/chat/completions" if twin else "",
+            direct_watch,
+        )
+        turns = _run_turns(driver, sim, gap_s, progress)
+        _settle(sim)
+        events = [(trigger, outcome) for trigger, outcome, _ in stored_events(proxy, session_id)]
+        requests = [r for r in sim.received if r.is_chat]
+    return Replay(
+        session.name, background, summarizer, turns, requests, events, time.monotonic() - started
+    )
+
+
+def _run_turns(
+    driver: _Driver, sim: Simulator, gap_s: float, progress: Progress | None
+) -> list[Turn]:
+    points = driver.session.points()
+    turns: list[Turn] = []
+    for n, end in enumerate(points):
+        before = len(sim.received)
+        turn = driver.ask(end)
+        turn.forwarded = _forwarded(sim.received[before:])
+        if turn.forwarded is not None and turn.error is None:
+            turn.direct_seconds = driver.time_direct(turn.forwarded)
+        turns.append(turn)
+        if progress is not None:
+            progress(n + 1, len(points))
+        if gap_s > 0:
+            time.sleep(gap_s)  # an agent runs its tools between calls
+    return turns

@@ -1,0 +1,401 @@
+"""Markdown tables, JSON and the tokens-per-turn plot of an evaluation."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.evaluation.artifacts import KINDS as ARTIFACT_KINDS
+from bench.evaluation.metrics import ArmResult, Fraction, Retention
+from bench.evaluation.needles import DEPTHS, PLACES
+from bench.evaluation.runner import ARMS, EvalResults, SessionResult
+
+MAIN = "main"
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
+    return ordered[rank]
+
+
+def share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "–"
+
+
+def frac(kept: Fraction) -> str:
+    return f"{kept[0]}/{kept[1]} ({share(*kept)})" if kept[1] else "–"
+
+
+def pooled(fractions: Iterable[Fraction]) -> Fraction:
+    items = list(fractions)
+    return sum(k for k, _ in items), sum(n for _, n in items)
+
+
+def artifacts_total(retention: Retention) -> Fraction:
+    return pooled(retention.artifacts.values())
+
+
+def needles_of(retention: Retention | None, place: str | None = None) -> Fraction:
+    if retention is None:
+        return 0, 0
+    hits = [v for k, v in retention.needles.items() if place is None or k.startswith(place)]
+    return sum(hits), len(hits)
+
+
+def needle_marks(retention: Retention | None, place: str) -> str:
+    if retention is None:
+        return "–"
+    marks = []
+    for depth in DEPTHS:
+        present = retention.needles.get(f"{place}@{round(depth * 100)}%")
+        marks.append("·" if present is None else ("✓" if present else "✗"))
+    return "".join(marks)
+
+
+def compressions_text(counts: dict[str, int]) -> str:
+    if not counts:
+        return "none"
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def latency_text(values: Sequence[float]) -> str:
+    cells = [percentile(values, q) for q in (0.5, 0.95)] + [max(values, default=None)]
+    return " / ".join("–" if v is None else f"{v:.0f}" for v in cells)
+
+
+def _row(cells: Iterable[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    return [_row(header), _row("---" for _ in header), *(_row(r) for r in rows)]
+
+
+def _main(session: SessionResult) -> ArmResult | None:
+    return session.arms.get(MAIN) or next(iter(session.arms.values()), None)
+
+
+def tokens_table(results: EvalResults) -> list[str]:
+    header = [
+        "session",
+        "size",
+        "turns",
+        "client errors (overflow)",
+        "provider refusals",
+        "invalid fwd",
+        "billed ctxgate",
+        "full history",
+        "masking M=10",
+        "full fits",
+        "masking fits",
+        "cached prefix ctxgate / full / mask",
+        "compressions",
+    ]
+    rows = []
+    for s in results.sessions:
+        arm = _main(s)
+        if arm is None:
+            continue
+        full = s.full.total
+        rows.append(
+            [
+                s.name,
+                f"{s.tokens / s.window:.1f}×W",
+                s.turns,
+                f"{arm.client_errors} ({arm.client_overflows})",
+                arm.provider_refusals,
+                f"{arm.invalid}/{arm.forwarded}",
+                f"{arm.billed:,} ({share(arm.billed, full)})",
+                f"{full:,}",
+                f"{s.masking.total:,} ({share(s.masking.total, full)})",
+                share(s.full.fits, s.turns),
+                share(s.masking.fits, s.turns),
+                " / ".join(
+                    [
+                        share(arm.cached_prefix, arm.billed - arm.billed_summary),
+                        share(s.full.cached_prefix, full),
+                        share(s.masking.cached_prefix, s.masking.total),
+                    ]
+                ),
+                compressions_text(arm.compressions),
+            ]
+        )
+    return _table(header, rows)
+
+
+def retention_table(results: EvalResults) -> list[str]:
+    header = [
+        "session",
+        "user msgs ctxgate",
+        "user msgs masking",
+        "original request ctxgate",
+        "artifacts ctxgate",
+        "artifacts masking",
+        "needles user 10/50/90 ctxgate · mask",
+        "needles tool 10/50/90 ctxgate · mask",
+    ]
+    rows = []
+    for s in results.sessions:
+        arm = _main(s)
+        if arm is None:
+            continue
+        ours, mask = arm.retention, s.masking.retention
+        assert mask is not None
+        rows.append(
+            [
+                s.name,
+                frac(ours.user),
+                frac(mask.user),
+                "kept" if ours.original_request else "lost",
+                frac(artifacts_total(ours)),
+                frac(artifacts_total(mask)),
+                f"{needle_marks(ours, 'user')} · {needle_marks(mask, 'user')}",
+                f"{needle_marks(ours, 'tool')} · {needle_marks(mask, 'tool')}",
+            ]
+        )
+    return _table(header, rows)
+
+
+def arms_table(results: EvalResults) -> list[str]:
+    header = [
+        "arm",
+        "what",
+        "client errors (overflow)",
+        "invalid fwd",
+        "billed / full",
+        "summary calls / billed",
+        "user msgs",
+        "newest user msg verbatim (turns)",
+        "artifacts",
+        "needles user",
+        "needles tool",
+        "compressions",
+        "added ms p50/p95/max",
+        "sync-compression turns",
+    ]
+    full = sum(s.full.total for s in results.sessions)
+    rows = []
+    for name in results.config.arms:
+        arms = [s.arms[name] for s in results.sessions if name in s.arms]
+        counts: Counter[str] = Counter()
+        for arm in arms:
+            counts.update(arm.compressions)
+        rows.append(
+            [
+                name,
+                ARMS[name].description,
+                f"{sum(a.client_errors for a in arms)} ({sum(a.client_overflows for a in arms)})",
+                f"{sum(a.invalid for a in arms)}/{sum(a.forwarded for a in arms)}",
+                share(sum(a.billed for a in arms), full),
+                share(sum(a.billed_summary for a in arms), sum(a.billed for a in arms)),
+                frac(pooled(a.retention.user for a in arms)),
+                frac(pooled(a.newest_user for a in arms)),
+                frac(pooled(artifacts_total(a.retention) for a in arms)),
+                frac(pooled(needles_of(a.retention, "user") for a in arms)),
+                frac(pooled(needles_of(a.retention, "tool") for a in arms)),
+                compressions_text(dict(counts)),
+                latency_text([v for a in arms for v in a.added_ms]),
+                sum(a.sync_turns for a in arms),
+            ]
+        )
+    return _table(header, rows)
+
+
+def artifact_kind_table(results: EvalResults) -> list[str]:
+    rows = []
+    for kind in ARTIFACT_KINDS:
+        ours = pooled(
+            a.retention.artifacts.get(kind, (0, 0))
+            for s in results.sessions
+            if (a := _main(s)) is not None
+        )
+        mask = pooled(
+            s.masking.retention.artifacts.get(kind, (0, 0))
+            for s in results.sessions
+            if s.masking.retention is not None
+        )
+        if ours[1] or mask[1]:
+            rows.append([kind, ours[1], frac(ours), frac(mask)])
+    return _table(["artifact kind", "n", "ctxgate (main)", "masking M=10"], rows)
+
+
+def needle_table(results: EvalResults) -> list[str]:
+    rows = []
+    for place in PLACES:
+        for depth in DEPTHS:
+            key = f"{place}@{round(depth * 100)}%"
+            ours = [
+                a.retention.needles[key]
+                for s in results.sessions
+                if (a := _main(s)) and key in a.retention.needles
+            ]
+            mask = [
+                s.masking.retention.needles[key]
+                for s in results.sessions
+                if s.masking.retention is not None and key in s.masking.retention.needles
+            ]
+            rows.append(
+                [key, len(ours), frac((sum(ours), len(ours))), frac((sum(mask), len(mask)))]
+            )
+    return _table(["needle (place@depth)", "n", "ctxgate (main)", "masking M=10"], rows)
+
+
+def probe_lines(probes: dict[str, Any] | None) -> list[str]:
+    if probes is None:
+        return []
+    lines = ["", "### Real-model probes", ""]
+    if probes.get("skipped"):
+        return [*lines, f"Skipped: {probes['skipped']}"]
+    lines += _table(
+        ["context", "probes", "correct (string match)", "mean prompt tokens", "errors"],
+        [
+            [c["context"], c["n"], frac((c["correct"], c["n"])), c["prompt_tokens"], c["errors"]]
+            for c in probes["contexts"]
+        ],
+    )
+    return [*lines, "", probes.get("note", "")]
+
+
+def markdown(results: EvalResults) -> str:
+    cfg = results.config
+    lines = [
+        "## ctxgate compression-quality evaluation",
+        "",
+        f"Windows {', '.join(f'{w:,}' for w in cfg.windows)} tokens; "
+        f"{len(results.sessions)} sessions "
+        f"(each ≥ {cfg.size_factor:g}× its window); arms {', '.join(cfg.arms)}; "
+        f"{results.seconds:.0f} s on {platform.machine()} / Python {platform.python_version()}.",
+        "Tokens are the provider simulator's count (o200k_base, tools included). Retention = "
+        "verbatim presence in the last request ctxgate forwarded. The summary text comes from the "
+        "simulator's deterministic summarizer, not a real model.",
+        "",
+        "### Tokens, fit and validity (arm main)",
+        "",
+        *tokens_table(results),
+        "",
+        "### Retention in the final forwarded view (arm main vs observation masking)",
+        "",
+        *retention_table(results),
+        "",
+        "Needle marks: 10% / 50% / 90% depth; ✓ kept, ✗ lost, · not planted.",
+        "",
+        "### Arms (all sessions pooled)",
+        "",
+        *arms_table(results),
+        "",
+        "Added latency: time through ctxgate minus a twin simulator's time for the same forwarded "
+        "bytes, per turn (in-process harness: client, ctxgate and simulators share one Python "
+        "process and 2 cores; see bench/overhead.py for the SPEC §10 figure).",
+        "",
+        "### Artifacts by kind (pooled)",
+        "",
+        *artifact_kind_table(results),
+        "",
+        "### Needles by place and depth (pooled)",
+        "",
+        *needle_table(results),
+        *probe_lines(results.probes),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _arm_json(arm: ArmResult, keep_series: bool) -> dict[str, Any]:
+    data = asdict(arm)
+    values = data.pop("added_ms")
+    data["added_ms"] = {
+        "p50": percentile(values, 0.5),
+        "p95": percentile(values, 0.95),
+        "max": max(values, default=None),
+        "n": len(values),
+    }
+    if not keep_series:
+        data.pop("tokens_per_turn")
+    return data
+
+
+def to_json(results: EvalResults) -> dict[str, Any]:
+    config = asdict(results.config)
+    config["corpus"] = str(config["corpus"]) if config["corpus"] else None
+    sessions = []
+    for s in results.sessions:
+        item = asdict(s)
+        item["arms"] = {name: _arm_json(arm, name == MAIN) for name, arm in s.arms.items()}
+        sessions.append(item)
+    return {
+        "config": config,
+        "arms": {name: ARMS[name].description for name in results.config.arms},
+        "seconds": results.seconds,
+        "sessions": sessions,
+        "probes": results.probes,
+    }
+
+
+def plot(results: EvalResults, path: Path) -> Path | None:
+    """Tokens per turn for a tool-calling and a text-action session; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    chosen = _representatives(results.sessions)
+    if not chosen:
+        return None
+    figure, axes = plt.subplots(len(chosen), 1, figsize=(10, 4 * len(chosen)), squeeze=False)
+    for ax, session in zip(axes[:, 0], chosen, strict=True):
+        _plot_session(ax, session)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def _representatives(sessions: Sequence[SessionResult]) -> list[SessionResult]:
+    picked = []
+    for kind in ("tau", "swe-text"):
+        match = next((s for s in sessions if s.kind == kind and MAIN in s.arms), None)
+        if match is not None:
+            picked.append(match)
+    return picked
+
+
+def _plot_session(ax: Any, session: SessionResult) -> None:
+    arm = session.arms[MAIN]
+    turns = range(1, session.turns + 1)
+    ax.plot(turns, session.full.tokens_per_turn, label="full history", color="#999999")
+    ax.plot(
+        turns, session.masking.tokens_per_turn, label="observation masking (M=10)", color="#e69f00"
+    )
+    ax.plot(turns, arm.tokens_per_turn, label="ctxgate forwarded", color="#0072b2", lw=1.6)
+    ax.axhline(session.window, color="#d55e00", ls="--", lw=1, label=f"window {session.window:,}")
+    ax.axhline(session.window // 2, color="#009e73", ls=":", lw=1, label="agent threshold (50%)")
+    ax.set_title(
+        f"{session.name}: {session.turns} turns, billed {arm.billed:,} vs full "
+        f"{session.full.total:,} vs masking {session.masking.total:,} prompt tokens"
+    )
+    ax.set_xlabel("turn (request)")
+    ax.set_ylabel("prompt tokens")
+    ax.set_yscale("log")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+
+
+def write(results: EvalResults, out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = {"json": out / "eval.json", "md": out / "eval.md"}
+    written["json"].write_text(json.dumps(to_json(results), indent=1, default=str) + "\n")
+    written["md"].write_text(markdown(results))
+    png = plot(results, out / "eval.png")
+    if png is not None:
+        written["png"] = png
+    return written

@@ -1,0 +1,163 @@
+"""Build the sessions, replay every arm, compute the metrics (the in-process entry point)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.evaluation.baselines import full_history, masking
+from bench.evaluation.corpus import KINDS, Session, build_sessions, find_corpus
+from bench.evaluation.metrics import (
+    ArmResult,
+    BaselineResult,
+    arm_result,
+    baseline_result,
+    masking_result,
+)
+from bench.evaluation.needles import plant
+from bench.evaluation.progress import Progress
+from bench.evaluation.replay import replay
+
+REPO = Path(__file__).resolve().parents[2]
+KIND_CYCLE = ("tau", "swe-text", "swe-fc", "tau", "swe-text", "tau")
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One configuration of ctxgate (and of the simulated summary model)."""
+
+    description: str
+    background: bool = True
+    summarizer: str = "fit"
+    scaled_threshold: bool = True
+
+    def options(self, window: int) -> dict[str, Any]:
+        # ctxgate's 64K floor on the agent threshold is meant for 128K windows, where it means
+        # "compress at 50%"; scaled by W/128K it keeps that meaning at the small test windows.
+        # Unscaled ("stock"), a small window only compresses at the 85% hygiene line.
+        return {"min_threshold_tokens": max(1, window // 2)} if self.scaled_threshold else {}
+
+
+ARMS: dict[str, ArmSpec] = {
+    "main": ArmSpec("background on, agent threshold 50%, summary model within budget"),
+    "bg-off": ArmSpec("as main, background compression off", background=False),
+    "stock": ArmSpec(
+        "as main, stock options (small windows compress at 85% only)", scaled_threshold=False
+    ),
+    "stub": ArmSpec(
+        "as main, simulator summarizer that overruns (finish_reason=length)", summarizer="stub"
+    ),
+    "fail": ArmSpec(
+        "as main, every summary call fails (deterministic fallback)", summarizer="fail"
+    ),
+}
+QUICK_ARMS = ("main", "bg-off")
+
+
+@dataclass
+class EvalConfig:
+    windows: tuple[int, ...] = (8192, 16384)
+    sessions: int = 6  # per window
+    size_factor: float = 5.0  # each session at least this many windows long
+    arms: tuple[str, ...] = tuple(ARMS)
+    gap_s: float = 0.02  # an agent runs tools between calls; background work overlaps that
+    seed: int = 0
+    corpus: Path | None = None
+    show_progress: bool = True
+    llama_url: str | None = None
+    quick: bool = False
+
+    def kinds(self) -> list[str]:
+        return [KIND_CYCLE[i % len(KIND_CYCLE)] for i in range(self.sessions)]
+
+
+@dataclass
+class SessionResult:
+    name: str
+    kind: str
+    window: int
+    messages: int
+    turns: int
+    tokens: int  # the full history at the last request
+    sources: list[str]
+    needles: list[dict[str, Any]]
+    full: BaselineResult
+    masking: BaselineResult
+    arms: dict[str, ArmResult] = field(default_factory=dict)
+
+
+@dataclass
+class EvalResults:
+    config: EvalConfig
+    sessions: list[SessionResult]
+    seconds: float
+    probes: dict[str, Any] | None = None
+
+
+def _session_result(session: Session) -> SessionResult:
+    points = session.points()
+    full = full_history(session)
+    return SessionResult(
+        name=session.name,
+        kind=session.kind,
+        window=session.window,
+        messages=len(session.messages),
+        turns=len(points),
+        tokens=full.tokens[-1],
+        sources=session.sources,
+        needles=[vars(n) for n in session.needles],
+        full=baseline_result(session, full),
+        masking=masking_result(session, masking(session)),
+    )
+
+
+def prepare_sessions(config: EvalConfig) -> list[Session]:
+    corpus = config.corpus or find_corpus(REPO)
+    sessions: list[Session] = []
+    for window in config.windows:
+        built = build_sessions(corpus, config.kinds(), window, config.size_factor)
+        for session in built:
+            plant(session, config.seed)
+        sessions.extend(built)
+    return sessions
+
+
+def evaluate(config: EvalConfig) -> EvalResults:
+    """Run the whole evaluation in this process (servers on loopback threads)."""
+    unknown = [arm for arm in config.arms if arm not in ARMS]
+    if unknown:
+        raise ValueError(f"unknown arm {unknown[0]!r}; choose from {sorted(ARMS)}")
+    started = time.monotonic()
+    sessions = prepare_sessions(config)
+    bar = Progress(len(sessions) * len(config.arms), enabled=config.show_progress)
+    results: list[SessionResult] = []
+    for session in sessions:
+        result = _session_result(session)
+        for arm in config.arms:
+            spec = ARMS[arm]
+            bar.start(f"{session.name} {arm}")
+            run = replay(
+                session,
+                background=spec.background,
+                summarizer=spec.summarizer,
+                options=spec.options(session.window),
+                gap_s=config.gap_s,
+                progress=bar.update,
+            )
+            result.arms[arm] = arm_result(arm, session, run)
+            errors = result.arms[arm].client_errors
+            bar.finish_replay(
+                f"{run.seconds:.0f}s" + (f", {errors} client errors" if errors else "")
+            )
+        results.append(result)
+    probes = None
+    if config.llama_url is not None:
+        from bench.evaluation.probes import run_probes
+
+        probes = run_probes(config.llama_url, config)
+    return EvalResults(config, results, time.monotonic() - started, probes)
+
+
+__all__ = ["ARMS", "KINDS", "QUICK_ARMS", "EvalConfig", "EvalResults", "SessionResult", "evaluate"]
