@@ -12,10 +12,11 @@ the provider simulator with the official OpenAI SDK: the history is always the O
 only ctxgate's forwarded view differs. Compared with the full history and with JetBrains-style
 observation masking (last 10 tool outputs kept). Metrics: overflow errors at the client,
 structural validity of every forwarded request, billed prompt tokens (summary calls included),
-fit, retention of user messages / artifacts / planted needles in the final forwarded view,
-prompt-cache prefix reuse, compressions by trigger, added latency with background compression on
-and off. Writes eval.json, eval.md and eval.png under --out (default bench/results/) and prints
-the Markdown tables.
+fit, retention of user messages (constraint-stating ones and the original request too) /
+artifacts / planted needles in the final forwarded view, prompt-cache prefix reuse,
+compressions by trigger, added latency with background compression on and off. Writes
+eval.json, eval.md and eval.png under --out (default bench/results/) and prints the Markdown
+tables.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
     plan (pure) -> summary call (the only I/O) -> assemble + sanitize (pure) -> invariants
 
-A pass either commits a smaller view ("compressed", or "fallback" when the summary model
-failed and a mechanical summary stood in) or returns the input unchanged with the reason
+A pass either commits a smaller view ("compressed", `summary_truncated` when the model's
+summary was cut at its output limit; or "fallback" when the summary model failed and a
+mechanical summary stood in) or returns the input unchanged with the reason
 ("skipped", "noop", "aborted", "rejected"). Every decision that must outlive the request is
 in the returned `EngineState`.
 """
@@ -16,14 +17,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from compression.assembly import assemble
-from compression.carry import carry_candidates, select_carried
+from compression.carry import carry_section
 from compression.content import content_text
 from compression.engine import CompressionContext, CompressionResult, Outcome
 from compression.failures import SummaryFailure, cooldown_seconds
-from compression.fallback import fallback_summary
-from compression.handoff import Handoff, handoff_text, parse_handoff, view_summaries
+from compression.handoff import Handoff, handoff_text, view_summaries
 from compression.invariants import CompressionInvariantError, check_invariants
 from compression.ledger import Ledger
+from compression.middle import MiddleSummary, summarize_middle
 from compression.options import CompressorOptions
 from compression.planning import (
     MARKER_TOKENS,
@@ -35,7 +36,7 @@ from compression.planning import (
     summary_tokens,
     worth_summarizing,
 )
-from compression.pruning import one_liner, prune_messages
+from compression.pruning import prune_messages
 from compression.state import (
     EngineState,
     blocked_reason,
@@ -47,20 +48,9 @@ from compression.state import (
     with_summary_success,
     without_foreign_summary,
 )
-from compression.summary import (
-    SummaryPrompt,
-    build_call,
-    cut_to_budget,
-    gate_reply,
-    prompt_overhead,
-    request_summary,
-    size_call,
-)
-from compression.summary_input import bounded_previous, fit_records, render_records
 from compression.thresholds import Limits, limits_for
 from compression.toolpairs import (
     ToolPairing,
-    call_parts,
     pair_tool_calls,
     sanitize_tool_pairs,
     tool_calls_of,
@@ -69,8 +59,9 @@ from compression.types import Message
 
 log = logging.getLogger(__name__)
 
-EXACT_CHECK_WINDOW = 32_768  # small summary windows get an exact token count of the prompt
-NO_SUMMARIZER = "no summarizer configured"
+TRUNCATED_NOTE = (
+    "the summary stopped at the summary model's output limit; kept up to its last complete line"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,13 +98,6 @@ class _Pass:
             error=error,
             failure_class=failure_class,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _Summary:
-    body: str
-    failure: SummaryFailure | None  # set when the body is the deterministic fallback
-    pruned: int
 
 
 class Compressor:
@@ -156,13 +140,17 @@ class Compressor:
         hopeless = _hopeless(run, plan)
         if hopeless is not None:
             return run.unchanged("rejected", with_strike(state, ctx.now), hopeless)
-        summary = await _summarize(run, plan)
-        if isinstance(summary, SummaryFailure):
-            state = _failed(run, state, summary)
-            return run.unchanged("aborted", state, summary.describe(), summary.kind)
+        summary = await summarize_middle(view, ctx, self.options, ledger, run.pairing, plan, state)
+        if summary.calibration is not None:
+            state = replace(state, summary_calibration=summary.calibration.to_dict())
+        if summary.body is None:
+            failure = summary.failure
+            assert failure is not None  # a summary without a body always says why
+            state = _failed(run, state, failure)
+            return run.unchanged("aborted", state, failure.describe(), failure.kind)
         state = _summary_state(run, state, summary)
         try:
-            return _finish(run, plan, summary, state)
+            return _finish(run, plan, summary, summary.body, state)
         except CompressionInvariantError as error:
             # A bug, never a result: the caller goes on with the view it had.
             log.error("compressed view failed the invariant check: %s", error)
@@ -235,81 +223,13 @@ def _limit(run: _Pass) -> int:
     return run.limits.hygiene_tokens if run.ctx.trigger == "hygiene" else run.limits.threshold
 
 
-def _previous_summary(view: Sequence[Message], start: int, end: int) -> str | None:
-    bodies = []
-    for message in view[start:end]:
-        text = handoff_text(message)
-        parsed = parse_handoff(text) if text is not None else None
-        if parsed is not None and parsed.handoff.body:
-            bodies.append(parsed.handoff.body)
-    return "\n\n".join(bodies) or None
-
-
-def _tokens_per_char(run: _Pass, start: int, end: int) -> float:
-    chars = 0
-    for message in run.view[start:end]:
-        chars += len(content_text(message)) + 16
-        for call in tool_calls_of(message):
-            chars += len(call_parts(call)[1] or "") + 16
-    return min(max(run.ledger.span(start, end) / max(chars, 1), 0.2), 1.0)
-
-
-async def _summarize(run: _Pass, plan: CutPlan) -> _Summary | SummaryFailure:
-    """The model's summary, or the deterministic fallback; a failure only when aborting."""
-    ctx, options, counter = run.ctx, run.options, run.ctx.counter
-    start, end = plan.head_end, plan.tail_start
-    pruned = prune_messages(run.view, start, end, options, one_liners=False, pairing=run.pairing)
-    previous = _previous_summary(run.view, start, end)
-    window = (
-        ctx.summary_context_length or options.summary_model_context_length or ctx.context_length
-    )
-    budget = summary_tokens(options, plan, run.ledger, run.limits.context_length)
-    size = size_call(budget, window, options.summary_input_max_tokens, prompt_overhead(counter))
-    ratio = _tokens_per_char(run, start, end)
-    previous_text = bounded_previous(previous, size.input_tokens * 3 // 10, ratio)
-    room = size.input_tokens - (int(len(previous_text) * ratio) if previous_text else 0)
-    records = render_records(run.view, pruned.messages, start, end, run.pairing, options)
-
-    def one_line(index: int) -> str:
-        return one_liner(run.view, index, run.pairing)
-
-    turns = fit_records(records, room, ratio, one_line)
-    prompt = SummaryPrompt(turns, previous_text, size.budget, ctx.focus)
-    call = build_call(prompt, size.max_tokens, options.summary_model)
-    if window <= EXACT_CHECK_WINDOW:
-        over = counter.count_messages(call.messages) + size.max_tokens - int(window * 0.97)
-        if over > 0:
-            turns = fit_records(records, max(64, room - over), ratio, one_line)
-            call = build_call(replace(prompt, turns=turns), size.max_tokens, options.summary_model)
-    if ctx.summarize is None:
-        gated: str | SummaryFailure = SummaryFailure("other", NO_SUMMARIZER)
-    else:
-        reply = await request_summary(ctx.summarize, call, options.summary_timeout)
-        gated = (
-            reply if isinstance(reply, SummaryFailure) else gate_reply(reply, size.budget, counter)
-        )
-    if isinstance(gated, str):
-        return _Summary(gated, None, len(pruned.pruned))
-    if gated.aborts or options.abort_on_summary_failure:
-        return gated
-    return _Summary(_fallback(run, plan, previous, gated, size.budget), gated, len(pruned.pruned))
-
-
-def _fallback(
-    run: _Pass, plan: CutPlan, previous: str | None, failure: SummaryFailure, budget: int
-) -> str:
-    reason = "no summary model configured" if run.ctx.summarize is None else failure.kind
-    text = fallback_summary(run.view, plan.head_end, plan.tail_start, run.pairing, previous, reason)
-    return cut_to_budget(text, budget, run.ctx.counter)
-
-
 def _failed(run: _Pass, state: EngineState, failure: SummaryFailure) -> EngineState:
     streak = state.failure_streak.get(failure.kind, 0) + 1
     seconds = cooldown_seconds(failure.kind, streak, run.options.cooldowns)
     return with_failure(state, failure.kind, seconds, run.ctx.now)
 
 
-def _summary_state(run: _Pass, state: EngineState, summary: _Summary) -> EngineState:
+def _summary_state(run: _Pass, state: EngineState, summary: MiddleSummary) -> EngineState:
     if summary.failure is None:
         return with_summary_success(state)
     if run.ctx.summarize is None:
@@ -317,21 +237,18 @@ def _summary_state(run: _Pass, state: EngineState, summary: _Summary) -> EngineS
     return _failed(run, state, summary.failure)
 
 
-def _finish(run: _Pass, plan: CutPlan, summary: _Summary, state: EngineState) -> CompressionResult:
+def _finish(
+    run: _Pass, plan: CutPlan, summary: MiddleSummary, body: str, state: EngineState
+) -> CompressionResult:
     view, ledger, options = run.view, run.ledger, run.options
     head = view[: plan.head_end]
     tail, demoted = _tail(run, plan)
     restate = view[plan.restate] if plan.restate is not None else None
     reply = content_text(view[plan.reply]) if plan.reply is not None else None
-    candidates = carry_candidates(view, plan.head_end, plan.tail_start, plan.restate, ledger)
     limit = _limit(run)
-    users = select_carried(
-        candidates,
-        options.max_user_messages_carried,
-        plan.budgets.carry,
-        run.ctx.counter.count_text,
-    )
-    handoff = Handoff(summary.body, users, reply)
+    kept: list[Message | str] = [*head, *tail, *([restate] if restate else []), body, reply or ""]
+    users, anchors = carry_section(view, plan, ledger, options, run.ctx.counter.count_text, kept)
+    handoff = Handoff(body, users, reply, anchors)
     result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
     after = ledger.view(result)
     projected = int(after * run.calibration)
@@ -344,18 +261,22 @@ def _finish(run: _Pass, plan: CutPlan, summary: _Summary, state: EngineState) ->
         )
         return run.unchanged("rejected", with_strike(state, run.ctx.now), why)
     outcome: Outcome = "compressed" if summary.failure is None else "fallback"
+    note = summary.failure.describe() if summary.failure is not None else None
+    if summary.truncated:
+        note = TRUNCATED_NOTE
     return CompressionResult(
         messages=result,
         outcome=outcome,
-        state=with_committed(state, summary.body, projected),
+        state=with_committed(state, body, projected),
         tokens_before=run.figure,
         tokens_after=projected,
-        summary=summary.body,
+        summary=body,
         pruned=summary.pruned + demoted,
         summarized=plan.tail_start - plan.head_end,
         replaced_upto=_replaced_upto(view, result),
-        error=summary.failure.describe() if summary.failure is not None else None,
+        error=note,
         failure_class=summary.failure.kind if summary.failure is not None else None,
+        summary_truncated=summary.truncated,
     )
 
 

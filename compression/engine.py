@@ -93,6 +93,9 @@ class CompressionContext:
     current_tokens: int | None = None  # real/anchored figure for the view, if known
     now: float = 0.0  # seconds since epoch, injected so tests control time
     summary_context_length: int | None = None  # the summary model's window, if not the options'
+    # The summary model's real tokens per counted token (its calibration), when the caller
+    # knows it; the engine otherwise uses what it measured itself, or a safety margin.
+    summary_token_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,8 @@ class CompressionResult:
     error: str | None = None  # why a summary failed / why nothing was committed
     # The classified summary failure (auth, timeout, …); "invariant" marks an internal bug.
     failure_class: str | None = None
+    # The model's summary stopped at its output limit and was kept up to its last complete line.
+    summary_truncated: bool = False
 
 
 class ContextEngine(Protocol):

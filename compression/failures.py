@@ -3,6 +3,12 @@
     auth (401/402/403), network, empty, truncated  -> abort: the view is left unchanged
     overload, timeout (408/429/502/504), other     -> deterministic fallback summary
 
+A forced pass (overflow recovery, the manual API, `--force`) falls back instead of aborting
+on empty and truncated replies too: the summary model answered but nothing usable came back,
+which a small model repeats for the same input, and aborting would leave a session that no
+longer fits its window with nothing but an error. Auth and network failures still abort: the
+upstream itself is refusing or unreachable, so the retried request would fail as well.
+
 Each class also sets a cooldown (seconds from the options' ladder, escalating while the
 same class keeps failing).
 """
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from compression.engine import SummaryCallError
 
 ABORT_CLASSES = frozenset({"auth", "network", "empty", "truncated"})
+UNUSABLE_REPLY_CLASSES = frozenset({"empty", "truncated"})  # fall back when the pass is forced
 _TIMEOUT_STATUSES = frozenset({408, 429, 502, 504})
 _OVERLOAD_STATUSES = frozenset({503, 529})
 _TIMEOUT_TEXT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.IGNORECASE)
@@ -33,6 +40,9 @@ class SummaryFailure:
     @property
     def aborts(self) -> bool:
         return self.kind in ABORT_CLASSES
+
+    def aborts_pass(self, forced: bool) -> bool:
+        return self.aborts and not (forced and self.kind in UNUSABLE_REPLY_CLASSES)
 
     def describe(self) -> str:
         return f"summary call failed ({self.kind}): {self.detail}"

@@ -4,11 +4,12 @@
     <summary body>
     ## User Messages (verbatim, oldest first)      carried user messages
     ## Your Last Reply (verbatim)                  the newest assistant reply, if carried
+    ## Anchors (exact ids, paths and names …)      ids/paths/errors of the compacted turns
     --- END OF CONTEXT SUMMARY — respond to the message below, not the summary above ---
     <original text of a tail message>              only when the summary was merged into it
 
 Reading it back lets the next compression update the summary instead of summarizing a
-summary, and carry the user's words verbatim again.
+summary, and carry the user's words and the anchors verbatim again.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compression.anchors import AnchorIndex, parse_anchors, render_anchors
 from compression.content import content_text
 from compression.prompts import (
+    ANCHORS_HEADER,
     END_MARKER,
     IN_PROGRESS_MARKER,
     LAST_REPLY_HEADER,
@@ -37,6 +40,7 @@ class Handoff:
     body: str
     user_messages: tuple[str, ...] = ()  # carried verbatim, oldest first
     last_reply: str | None = None
+    anchors: AnchorIndex = AnchorIndex()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,9 @@ def render_handoff(handoff: Handoff) -> str:
         parts.append(USER_MESSAGES_HEADER + "\n" + "\n".join(blocks))
     if handoff.last_reply is not None:
         parts.append(f"{LAST_REPLY_HEADER}\n{REPLY_OPEN}\n{handoff.last_reply}\n{REPLY_CLOSE}")
+    if handoff.anchors:
+        # Last, so a header quoted inside a carried message can never be taken for it.
+        parts.append(render_anchors(handoff.anchors, ANCHORS_HEADER))
     parts.append(END_MARKER)
     return "\n\n".join(parts)
 
@@ -76,6 +83,11 @@ def parse_handoff(text: str) -> ParsedHandoff | None:
         return ParsedHandoff(Handoff(body=text[len(SUMMARY_PREFIX) :].strip()), "")
     inner = text[len(SUMMARY_PREFIX) : end]
     remainder = text[end + len(END_MARKER) :].lstrip("\n")
+    anchors = AnchorIndex()
+    at = inner.rfind("\n" + ANCHORS_HEADER + "\n")
+    if at >= 0:
+        anchors = parse_anchors(inner[at + len(ANCHORS_HEADER) + 2 :])
+        inner = inner[:at]
     cut = min(
         (
             found
@@ -88,6 +100,7 @@ def parse_handoff(text: str) -> ParsedHandoff | None:
         body=inner[:cut].strip(),
         user_messages=tuple(_blocks(inner, USER_OPEN, USER_CLOSE)),
         last_reply=next(iter(_blocks(inner, REPLY_OPEN, REPLY_CLOSE)), None),
+        anchors=anchors,
     )
     return ParsedHandoff(handoff, remainder)
 

@@ -2,7 +2,8 @@
 
 Built from the originating call (name and arguments) plus facts of the result, so what was
 done, to what, and how it ended survive: ``[bash] ran `npm test` -> exit 1, 47 lines;
-error: 2 failed``. Exit codes and the first error line are always kept.
+error: 2 failed; refs: src/app.test.js, TypeError``. Exit codes and the first error line are
+always kept, and the first few exact ids, paths and error names the line does not name yet.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from compression.anchors import find_anchors
 from compression.content import line_count
 
 _SHELL = re.compile(r"bash|shell|terminal|command|^exec|run_cmd|execute_bash")
@@ -46,6 +48,10 @@ _ERROR_WORDS = (
 )
 _ERROR_LINE = re.compile("|".join(re.escape(word) for word in _ERROR_WORDS), re.IGNORECASE)
 ERROR_SCAN_CHARS = 3000  # errors sit at the start or the end of an output (tracebacks, summaries)
+MAX_REFS = 4
+MAX_REFS_CHARS = 100
+REFS_HEAD_CHARS = 800  # a record's ids come first; a command's outcome comes last
+REFS_TAIL_CHARS = 300
 _PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "target_file", "uri", "dir")
 _COMMAND_KEYS = ("command", "cmd", "script", "commands", "input", "code")
 _LINE_KEYS = ("offset", "line", "start_line", "line_number", "from_line", "view_range")
@@ -72,7 +78,7 @@ def describe_result(name: str, arguments: str | None, result: str) -> str:
         line = _file(name, lowered, args, result)
     else:
         line = _generic(name, args, result)
-    return _with_error(line, result)
+    return _with_refs(_with_error(line, result), result)
 
 
 def _parse_args(arguments: str | None) -> dict[str, Any]:
@@ -183,6 +189,21 @@ def _generic(name: str, args: dict[str, Any], result: str) -> str:
     more = " …" if len(args) > 4 else ""
     shown = " ".join(pairs)
     return f"[{name}] {shown}{more} ({len(result):,} chars result)".replace("]  (", "] (")
+
+
+def _with_refs(line: str, result: str) -> str:
+    """The first few exact ids, paths and error names of the result the line does not name."""
+    if len(result) > REFS_HEAD_CHARS + REFS_TAIL_CHARS:
+        result = result[:REFS_HEAD_CHARS] + "\n" + result[-REFS_TAIL_CHARS:]
+    refs: list[str] = []
+    size = 0
+    for value in find_anchors(result):
+        if len(refs) >= MAX_REFS or size + len(value) > MAX_REFS_CHARS:
+            break
+        if value not in line:
+            refs.append(value)
+            size += len(value) + 2
+    return f"{line}; refs: {', '.join(refs)}" if refs else line
 
 
 def _with_error(line: str, result: str) -> str:

@@ -47,8 +47,9 @@ class CompressorOptions:
     summary_message_max_chars: int = 6000
     summary_timeout: float | None = None
     abort_on_summary_failure: bool = False
-    max_user_messages_carried: int = 12
+    max_user_messages_carried: int = 40
     max_user_tokens_carried: int = 6000
+    max_anchor_tokens: int = 1500
     duplicate_min_chars: int = 200
     prune_min_chars: int = 200
     tool_args_max_chars: int = 500
@@ -94,6 +95,7 @@ _COUNTS = {
     "protect_last_n",
     "max_user_messages_carried",
     "max_user_tokens_carried",
+    "max_anchor_tokens",
     "keep_images",
 }
 

@@ -3,7 +3,8 @@
     [head: system (+ first turns, first compression only)] [middle → summary] [tail]
 
 The tail is walked back from the newest message by token budget with a message floor, and
-moved back so an assistant message with `tool_calls` is never split from its results. The
+moved back so an assistant message with `tool_calls` is never split from its results (nor a
+text agent's action from the output it got back as a `user` message). The
 newest user message and the newest assistant reply must stay verbatim: the tail stretches to
 them when it can, otherwise the plan says to restate / carry them after the summary.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from compression.content import has_text
 from compression.handoff import handoff_text, user_text
 from compression.ledger import Ledger
+from compression.observations import is_observation
 from compression.options import CompressorOptions
 from compression.thresholds import TAIL_MAX_CONTEXT_SHARE, Limits, summary_budget, tail_budget
 from compression.toolpairs import ToolPairing, group_end, group_start, tool_calls_of
@@ -27,6 +29,8 @@ TARGET_SHARE = 0.90  # aim under the threshold with room for estimate error
 MARKER_TOKENS = 200  # prefix, end marker and headers of the handoff message
 MIN_SUMMARY_TOKENS = 128
 MIN_MIDDLE_TOKENS = 512
+CARRY_SHARE = 0.15  # of the room: user messages carried verbatim
+ANCHOR_SHARE = 0.08  # of the room: the anchor index (plus what the carried messages leave)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,7 @@ class Budgets:
     carry: int  # tokens of user messages carried verbatim inside the summary
     summary_cap: int  # most tokens the summary body may take in the view
     floor: int  # fewest messages in the tail
+    anchors: int = 0  # tokens of the anchor index (exact ids and paths) inside the summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +84,18 @@ def budgets_for(
     reach = max(tail, int(min(tail * 1.5, reach_cap)))
     floor = min(options.protect_last_n, TAIL_FLOOR_CAP)
     floor = (floor, min(floor, 4), min(floor, 2))[min(level, MAX_LEVEL)]
-    carry = int(min(options.max_user_tokens_carried, room * 0.15) * (1.0 if level < 2 else 0.5))
-    return Budgets(target, tail, reach, carry, max(1, int(room * 0.30)), floor)
+    deterministic = 1.0 if level < 2 else 0.5
+    carry = int(min(options.max_user_tokens_carried, room * CARRY_SHARE) * deterministic)
+    anchors = int(min(options.max_anchor_tokens, room * ANCHOR_SHARE) * deterministic)
+    return Budgets(
+        target=target,
+        tail=tail,
+        reach=reach,
+        carry=carry,
+        summary_cap=max(1, int(room * 0.30)),
+        floor=floor,
+        anchors=anchors,
+    )
 
 
 def plan_cut(
@@ -96,6 +111,8 @@ def plan_cut(
     start = _walk_back(ledger.tokens, head, budgets.tail, floor)
     if start < total:
         start = group_start(messages, pairing, start)
+    if head < start < total and is_observation(messages, start):
+        start -= 1  # a text agent's action and its output stay together, like a call's result
     restate: int | None = None
     reply: int | None = None
     user = newest_user(messages)

@@ -18,6 +18,7 @@ USER_MESSAGES_HEADER = (
 USER_OPEN = "<<<user message>>>"
 USER_CLOSE = "<<<end user message>>>"
 LAST_REPLY_HEADER = "## Your Last Reply (verbatim)"
+ANCHORS_HEADER = "## Anchors (exact ids, paths and names from the compacted turns, newest first)"
 REPLY_OPEN = "<<<assistant reply>>>"
 REPLY_CLOSE = "<<<end assistant reply>>>"
 

@@ -30,10 +30,15 @@ class EngineState:
     noop_until: float = 0.0
     last_tokens_after: int | None = None
     awaiting_usage: bool = False  # a compression was committed; its real-usage verdict is due
+    # The summary model's tokens per counted token, learned from its replies' usage
+    # (`Calibration.to_dict()`), so the next summary prompt is sized for its tokenizer.
+    summary_calibration: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = {item.name: getattr(self, item.name) for item in fields(self)}
         data["failure_streak"] = dict(self.failure_streak)
+        if self.summary_calibration is not None:
+            data["summary_calibration"] = dict(self.summary_calibration)
         return data
 
     @classmethod
@@ -54,6 +59,8 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
         if not isinstance(value, Mapping):
             return {}
         return {str(k): int(v) for k, v in value.items() if isinstance(v, int | float)}
+    if name == "summary_calibration":
+        return dict(value) if isinstance(value, Mapping) else None
     if name in ("previous_summary", "cooldown_reason"):
         return value if isinstance(value, str) else None
     if name == "last_tokens_after":

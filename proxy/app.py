@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from compression.engine import ContextEngine
 from compression.options import CompressorOptions
@@ -25,9 +26,9 @@ from proxy.conversations import Conversations
 from proxy.errors import BadRequest, ProxyError, error_response
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
-from proxy.routes import router
+from proxy.routes import CHAT_PATHS, chat_completions, router
 from proxy.settings import Settings
-from proxy.upstream import Upstream, new_http_client
+from proxy.upstream import Upstream, new_http_transport
 from storage import SessionLocks, SessionStore
 
 log = logging.getLogger("ctxgate")
@@ -75,7 +76,7 @@ def build_engine(settings: Settings) -> ContextEngine:
 @dataclass(slots=True)
 class Services:
     settings: Settings
-    http: httpx.AsyncClient
+    http: httpx.AsyncBaseTransport
     store: SessionStore
     gateway: Gateway
     conversations: Conversations
@@ -96,18 +97,21 @@ class Services:
 async def start_services(
     settings: Settings,
     *,
-    http_client: httpx.AsyncClient | None = None,
+    http_transport: httpx.AsyncBaseTransport | None = None,
     store: SessionStore | None = None,
     engine: ContextEngine | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Services:
     engine = engine or build_engine(settings)
-    http = http_client or new_http_client()
+    http = http_transport or new_http_transport()
     owns_store = store is None
     if store is None:
-        store = await SessionStore.open(settings.storage.url)
+        store = await SessionStore.open(
+            settings.storage.url, session_cache_s=settings.storage.session_cache_s
+        )
     upstreams = {name: Upstream(up, http) for name, up in settings.upstreams.items()}
     locks = SessionLocks(store, owner=uuid.uuid4().hex, ttl_s=settings.storage.lease_ttl_s)
+    metrics = Metrics()
     compactor = Compactor(
         store=store,
         locks=locks,
@@ -115,13 +119,13 @@ async def start_services(
         lock_wait_s=settings.storage.lock_wait_s,
         in_place=settings.storage.in_place,
         clock=clock,
+        observe=metrics.compression,
     )
     windows = await store.get_model_windows()
     conversations = Conversations(
         settings, store, compactor, upstreams, trigger_options(settings), windows, clock
     )
     auth = Authenticator(settings.auth)
-    metrics = Metrics()
     gateway = Gateway(settings, conversations, auth, metrics)
     return Services(
         settings,
@@ -132,19 +136,73 @@ async def start_services(
         upstreams,
         auth,
         metrics,
-        owns_http=http_client is None,
+        owns_http=http_transport is None,
         owns_store=owns_store,
     )
+
+
+async def on_proxy_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProxyError)
+    services = getattr(request.app.state, "services", None)
+    if services is not None:
+        services.metrics.error(exc.status_code)
+    return error_response(exc)
+
+
+async def on_validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+    message = str(first.get("msg", "invalid request"))
+    return error_response(BadRequest(f"Invalid {where or 'request'}: {message}", param=where))
+
+
+async def on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    error = ProxyError(str(exc.detail))
+    error.status_code = exc.status_code
+    error.type = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return error_response(error)
+
+
+async def on_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error on %s", request.url.path)
+    return error_response(ProxyError("ctxgate hit an internal error; see its log."))
+
+
+class CtxgateApp(FastAPI):
+    """FastAPI, except that chat completions skip its router and middleware stack.
+
+    Every request of an agent goes through that one route; FastAPI's dispatch (a dozen
+    middleware and routing layers) costs a few hundred microseconds of it. The route stays
+    declared for the OpenAPI schema; errors map through the same handlers.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in CHAT_PATHS:
+            scope["app"] = self
+            await self._chat(Request(scope, receive, send), send)
+            return
+        await super().__call__(scope, receive, send)
+
+    async def _chat(self, request: Request, send: Send) -> None:
+        try:
+            response = await chat_completions(request)
+        except ProxyError as exc:
+            response = await on_proxy_error(request, exc)
+        except Exception as exc:
+            response = await on_unexpected(request, exc)
+        await response(request.scope, request.receive, send)
 
 
 def create_app(
     settings: Settings,
     *,
-    http_client: httpx.AsyncClient | None = None,
+    http_transport: httpx.AsyncBaseTransport | None = None,
     store: SessionStore | None = None,
     engine: ContextEngine | None = None,
     clock: Callable[[], float] = time.time,
-) -> FastAPI:
+) -> CtxgateApp:
     """The ctxgate ASGI app. Injected parts (for tests and embedding) are not closed by it."""
     if engine is None:
         engine = build_engine(settings)  # fail at start-up, not on the first request
@@ -152,7 +210,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await start_services(
-            settings, http_client=http_client, store=store, engine=engine, clock=clock
+            settings, http_transport=http_transport, store=store, engine=engine, clock=clock
         )
         app.state.services = services
         try:
@@ -160,36 +218,11 @@ def create_app(
         finally:
             await services.close()
 
-    app = FastAPI(
+    app = CtxgateApp(
         title="ctxgate", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.include_router(router)
     app.include_router(admin_router)
-
-    async def on_proxy_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ProxyError)
-        services = getattr(request.app.state, "services", None)
-        if services is not None:
-            services.metrics.error(exc.status_code)
-        return error_response(exc)
-
-    async def on_validation_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestValidationError)
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
-        message = str(first.get("msg", "invalid request"))
-        return error_response(BadRequest(f"Invalid {where or 'request'}: {message}", param=where))
-
-    async def on_http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
-        error = ProxyError(str(exc.detail))
-        error.status_code = exc.status_code
-        error.type = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(error)
-
-    async def on_unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unexpected error on %s", request.url.path)
-        return error_response(ProxyError("ctxgate hit an internal error; see its log."))
 
     app.add_exception_handler(ProxyError, on_proxy_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -62,6 +62,7 @@ class Compactor:
         lock_wait_s: float,
         in_place: bool,
         clock: Callable[[], float] = time.time,
+        observe: Callable[[str, str, int, int], None] | None = None,
     ) -> None:
         self.store = store
         self.locks = locks
@@ -69,6 +70,9 @@ class Compactor:
         self.lock_wait_s = lock_wait_s
         self.in_place = in_place
         self.clock = clock
+        # (trigger, outcome, tokens before, tokens after) of every engine pass, whatever
+        # started it: arrival, background, overflow or manual.
+        self.observe = observe or (lambda *_: None)
 
     async def apply_checkpoint(self, turn: Turn, digests: list[str] | None = None) -> bool:
         """Use the newest checkpoint matching the client's prefix; True when one applied."""
@@ -99,6 +103,7 @@ class Compactor:
         force: bool = False,
         focus: str | None = None,
         current_tokens: int | None = None,
+        summary_token_ratio: float | None = None,
     ) -> Attempt:
         async with self.locks.hold(turn.key, wait_s=self.lock_wait_s) as got:
             if not got:
@@ -121,11 +126,14 @@ class Compactor:
                 focus=focus,
                 current_tokens=current_tokens,
                 now=self.clock(),
+                summary_token_ratio=summary_token_ratio,
             )
             started = time.perf_counter()
             result = await self.engine.compress(turn.view, ctx)
             duration_ms = (time.perf_counter() - started) * 1000
             turn.state = result.state
+            if result.outcome != "skipped":
+                self.observe(trigger, result.outcome, result.tokens_before, result.tokens_after)
             if result.outcome not in COMMITTED:
                 await self._record_miss(turn, trigger, result, duration_ms)
                 return Attempt(False, result.outcome, result.error)

@@ -65,6 +65,13 @@ class Gateway:
         forward = self.auth.forwardable(headers)
         turn = await self.conversations.prepare(ident, request, rule, forward)
         self.metrics.prepared(turn, time.perf_counter() - arrived)
+        if self.settings.logging.log_content:
+            log.info(
+                "session %s forwards %d messages: %s",
+                turn.key.key,
+                len(turn.view),
+                orjson.dumps(turn.view).decode(),
+            )
         if request.stream:
             return await self._stream(turn, arrived)
         return await self._complete(turn, arrived)

@@ -75,8 +75,6 @@ class Metrics:
 
     def prepared(self, turn: Turn, seconds: float) -> None:
         self.overhead.observe(seconds)
-        for note in turn.notes:
-            self.compression(note.trigger, note.outcome, note.tokens_before, note.tokens_after)
         now = time.monotonic()
         self._recent[turn.key.key] = now
         if len(self._recent) > 10_000 or int(now) % 30 == 0:

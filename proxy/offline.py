@@ -21,7 +21,7 @@ from proxy.errors import ProxyError
 from proxy.headers import upstream_request_headers
 from proxy.settings import Settings
 from proxy.summarizer import UpstreamSummarizer
-from proxy.upstream import Upstream, new_http_client
+from proxy.upstream import Upstream, new_http_transport
 
 
 def _bodies(path: str) -> list[bytes]:
@@ -38,7 +38,7 @@ async def compress_file(
     settings: Settings, path: str, *, model: str | None, force: bool, focus: str | None
 ) -> int:
     engine = build_engine(settings)
-    http = new_http_client()
+    http = new_http_transport()
     status = 0
     try:
         for raw in _bodies(path):

@@ -40,6 +40,9 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+
+
 @router.post("/v1/chat/completions", include_in_schema=True)
 @router.post("/chat/completions", include_in_schema=False)
 async def chat_completions(request: Request) -> Response:

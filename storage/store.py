@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import checkpoints, events, leases, migrations, sessions, usage, windows
+from storage.cache import Miss, SessionCache
 from storage.db import Database
 from storage.records import (
     UNSET,
@@ -40,19 +41,24 @@ Clock = Callable[[], float]
 class SessionStore:
     """Sessions, checkpoints, archive, events, usage, model windows and leases."""
 
-    def __init__(self, db: Database, clock: Clock) -> None:
+    def __init__(self, db: Database, clock: Clock, cache: SessionCache) -> None:
         """Use `await SessionStore.open(url)`; this only wires the parts together."""
         self._db = db
         self._clock = clock
+        self._cache = cache
         self._writer = UsageWriter(self._write_usage)
         self._closed = False
 
     @classmethod
-    async def open(cls, url: str, *, clock: Clock = time.time) -> SessionStore:
+    async def open(
+        cls, url: str, *, clock: Clock = time.time, session_cache_s: float = 0.0
+    ) -> SessionStore:
         """Connect, create or migrate the schema, start the usage writer.
 
         url: "sqlite+aiosqlite:///path.db" (parent directories are created) or
         "postgresql+asyncpg://user@host/db". clock: epoch seconds (injectable for tests).
+        session_cache_s: how long get_session may answer from this process's copy of a row
+        (0: every call reads the database); see storage.cache.
         """
         db = Database.connect(url)
         try:
@@ -61,7 +67,7 @@ class SessionStore:
         except BaseException:
             await db.dispose()
             raise
-        store = cls(db, clock)
+        store = cls(db, clock, SessionCache(session_cache_s))
         store._writer.start()
         return store
 
@@ -88,13 +94,21 @@ class SessionStore:
         await self._db.read(lambda conn: conn.exec_driver_sql("SELECT 1"))
 
     async def get_session(self, sk: SessionKey) -> SessionRecord | None:
-        return await self._db.read(lambda conn: sessions.get(conn, sk))
+        cached = self._cache.get(sk)
+        if not isinstance(cached, Miss):
+            return cached
+        epoch = self._cache.epoch
+        record = await self._db.read(lambda conn: sessions.get(conn, sk))
+        self._cache.put(sk, record, epoch)
+        return record
 
     # -- usage -------------------------------------------------------------------------
 
     def record_usage_later(self, u: UsageRecord) -> None:
         """Hand a usage record to the write-behind task; returns at once, never raises."""
-        self._writer.submit(self._stamped(u))
+        stamped = self._stamped(u)
+        self._cache.apply_usage(stamped)
+        self._writer.submit(stamped)
 
     async def flush(self) -> None:
         """Wait until every record handed to record_usage_later so far is written."""
@@ -102,6 +116,7 @@ class SessionStore:
 
     async def record_usage(self, u: UsageRecord) -> None:
         """The same as record_usage_later, but awaited (and errors raised)."""
+        self._cache.drop(u.sk)
         await self._write_usage([self._stamped(u)])
 
     async def _write_usage(self, batch: list[UsageRecord]) -> None:
@@ -120,11 +135,15 @@ class SessionStore:
         last_prompt_tokens: int | None | Unset = UNSET,
     ) -> None:
         """Replace the session's opaque engine state (creating the session if new)."""
-        await self._db.write(
-            lambda conn: sessions.save_engine_state(
-                conn, sk, state, last_prompt_tokens, self._clock()
+        try:
+            await self._db.write(
+                lambda conn: sessions.save_engine_state(
+                    conn, sk, state, last_prompt_tokens, self._clock()
+                )
             )
-        )
+        finally:
+            # After the write: a read racing it may have cached the row as it was.
+            self._cache.drop(sk)
 
     async def find_checkpoint(
         self, sk: SessionKey, prefix_digests: Sequence[str]
@@ -139,7 +158,13 @@ class SessionStore:
 
     async def commit_compression(self, c: CompressionCommit) -> Checkpoint:
         """Checkpoint + archive + event + session update in one short write transaction."""
-        return await self._db.write(lambda conn: checkpoints.commit(conn, c, self._clock()))
+        try:
+            return await self._db.write(lambda conn: checkpoints.commit(conn, c, self._clock()))
+        finally:
+            # After the write: a read racing it may have cached the row as it was.
+            self._cache.drop(c.sk)
+            if c.rotate_to is not None:
+                self._cache.drop(SessionKey(c.sk.scope, c.rotate_to))
 
     async def add_event(self, e: EventRecord) -> int:
         """Store an event that produced no checkpoint (failed, noop, skipped); returns its id."""
@@ -149,7 +174,10 @@ class SessionStore:
             session_id = await sessions.ensure(conn, e.sk, "", now)
             return await events.insert(conn, session_id, e, e.checkpoint_id, now)
 
-        return await self._db.write(add)
+        try:
+            return await self._db.write(add)
+        finally:
+            self._cache.drop(e.sk)
 
     # -- admin views -------------------------------------------------------------------
 
@@ -196,7 +224,10 @@ class SessionStore:
 
     async def delete_session(self, sk: SessionKey) -> bool:
         """Delete the session with its checkpoints, archive, events, usage and lease."""
-        return await self._db.write(lambda conn: sessions.delete_session(conn, sk))
+        try:
+            return await self._db.write(lambda conn: sessions.delete_session(conn, sk))
+        finally:
+            self._cache.drop(sk)
 
     # -- model windows -----------------------------------------------------------------
 

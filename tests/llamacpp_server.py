@@ -74,12 +74,16 @@ def missing_reason() -> str | None:
 
 
 def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the test process dies, so no server is left behind."""
+    """In the child: get SIGKILL when the test process dies, so no server is left behind.
+
+    Not SIGTERM: the server's graceful shutdown waits for the generation in flight, which on
+    a busy machine can take minutes.
+    """
     try:
         import ctypes
         import signal
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
@@ -249,9 +253,6 @@ class RecordingRelay:
 
     target: str  # the upstream base URL, e.g. http://127.0.0.1:PORT/v1
     timeout_s: float = 600.0
-    # Add `content-type: application/json` to a JSON POST that lacks it (a workaround knob:
-    # llama-cpp-python's FastAPI server answers 500 to a body without that header).
-    add_content_type: bool = False
     exchanges: list[Exchange] = field(default_factory=list)
     port: int = field(default_factory=free_port)
 
@@ -296,8 +297,6 @@ class RecordingRelay:
             for k, v in request.headers.items()
             if k.lower() in ("content-type", "authorization", "accept")
         }
-        if self.add_content_type and raw and "content-type" not in sent:
-            headers["content-type"] = "application/json"
         started = time.monotonic()
         answer = await self._client.request(
             request.method, f"{self.target}/{path}", content=raw, headers=headers

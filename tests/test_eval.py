@@ -2,8 +2,9 @@
 
 Three corpus sessions of >= 5 windows (8K) are replayed through a real ctxgate with background
 compression on and off. Hard gates: no overflow reaches the client, every forwarded request is
-structurally valid, ctxgate bills fewer prompt tokens than sending the full history, and the
-newest user message is forwarded verbatim on every turn.
+structurally valid, ctxgate bills fewer prompt tokens than sending the full history, the
+newest user message is forwarded verbatim on every turn, and the user's earlier words survive
+as far as the budget allows (floors measured, not aspirations).
 """
 
 from __future__ import annotations
@@ -71,15 +72,36 @@ def test_newest_user_message_is_forwarded_verbatim(quick: tuple[EvalResults, Pat
         assert total > 0 and kept == total, f"{session.name}/{name}: {kept}/{total} turns"
 
 
-@pytest.mark.xfail(
-    reason="ctxgate carries user messages verbatim only within a token budget (SPEC 5.5, "
-    "'newest first, bounded'): at 8K most earlier user turns are summarized, not kept",
-)
-def test_every_user_message_survives_in_the_final_view(quick: tuple[EvalResults, Path]) -> None:
+# Measured on the quick sessions (8K windows, where a third of the window is the system prompt
+# and tool schemas): 4-10 % of the user messages stay verbatim per arm, the task statement
+# survives at least clipped in every session, 4 of 9 planted user facts survive. Before the
+# carry learned to skip tool observations and keep the opening request and anchors: 5 %, the
+# task statement lost in both SWE-agent sessions, 1 of 9 facts.
+MIN_USER_SHARE = 0.04
+MIN_USER_NEEDLES = 3
+
+
+def test_user_messages_survive_as_far_as_the_budget_allows(
+    quick: tuple[EvalResults, Path],
+) -> None:
+    results, _ = quick
+    for name in {name for s in results.sessions for name in s.arms}:
+        arms = [s.arms[name] for s in results.sessions if name in s.arms]
+        kept = sum(a.retention.user[0] for a in arms)
+        total = sum(a.retention.user[1] for a in arms)
+        assert kept >= MIN_USER_SHARE * total, f"{name}: {kept}/{total} user messages"
+        needles = [v for a in arms for k, v in a.retention.needles.items() if k.startswith("user")]
+        assert sum(needles) >= MIN_USER_NEEDLES, f"{name}: {sum(needles)}/{len(needles)} facts"
+
+
+def test_the_task_statement_survives_and_no_tool_output_poses_as_the_user(
+    quick: tuple[EvalResults, Path],
+) -> None:
     results, _ = quick
     for session, name in _arms(results):
-        kept, total = session.arms[name].retention.user
-        assert kept == total, f"{session.name}/{name}: {kept}/{total} user messages"
+        retention = session.arms[name].retention
+        assert retention.original_head, f"{session.name}/{name}: the task statement is lost"
+        assert retention.observations_carried == 0, f"{session.name}/{name}"
 
 
 def test_results_are_written(quick: tuple[EvalResults, Path]) -> None:

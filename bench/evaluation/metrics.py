@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from bench.evaluation.baselines import ArmSeries, masked_view
 from bench.evaluation.corpus import Message, Session
 from bench.evaluation.replay import Replay
 from compression import CompressionInvariantError, check_invariants
+from compression.handoff import handoff_text, parse_handoff
 from tests.simulator import Received
 from tests.simulator.tokens import message_tokens
 
@@ -23,6 +25,9 @@ class Retention:
 
     user: Fraction
     original_request: bool  # the session's first user message (where the task was stated)
+    original_head: bool  # at least its opening (a long request may be carried clipped)
+    constraints: Fraction  # user messages stating a rule or preference ("never…", "only…")
+    observations_carried: int  # tool outputs sent as `user` that a summary carried as user words
     artifacts: dict[str, Fraction]
     needles: dict[str, bool]  # "user@10%" -> present
 
@@ -62,18 +67,48 @@ def needle_key(place: str, depth: float) -> str:
     return f"{place}@{round(depth * 100)}%"
 
 
+# The evaluation's own reading of "states a constraint", narrower than the compressor's.
+CONSTRAINT = re.compile(
+    r"\b(?:must|never|always|do not|don[’']t|only|without|make sure|prefer|avoid)\b", re.I
+)
+HEAD_CHARS = 120
+
+
 def retention_of(session: Session, end: int, view: Sequence[Message]) -> Retention:
     """Compare the history `messages[:end]` with what a model would read in `view`."""
     text = view_text(view)
     history = session.messages[:end]
-    stated = [session.messages[i] for i in session.stated if i < end]
-    kept = [isinstance(m.get("content"), str) and m["content"] in text for m in stated]
+    stated = [
+        m["content"]
+        for m in (session.messages[i] for i in session.stated if i < end)
+        if isinstance(m.get("content"), str)
+    ]
+    kept = [content in text for content in stated]
+    rules = [content in text for content in stated if CONSTRAINT.search(content)]
     needles = {
         needle_key(n.place, n.depth): n.code in text for n in session.needles if n.index < end
     }
     return Retention(
-        (sum(kept), len(stated)), bool(kept and kept[0]), retained(extract(history), text), needles
+        user=(sum(kept), len(stated)),
+        original_request=bool(kept and kept[0]),
+        original_head=bool(stated and stated[0][:HEAD_CHARS].strip() in text),
+        constraints=(sum(rules), len(rules)),
+        observations_carried=_observations_carried(session, end, view),
+        artifacts=retained(extract(history), text),
+        needles=needles,
     )
+
+
+def _observations_carried(session: Session, end: int, view: Sequence[Message]) -> int:
+    carried = []
+    for message in view:
+        summary = handoff_text(message)
+        parsed = parse_handoff(summary) if summary is not None else None
+        if parsed is not None:
+            carried.extend(parsed.handoff.user_messages)
+    words = "\n".join(carried)
+    observations = (session.messages[i].get("content") for i in session.observations if i < end)
+    return sum(1 for o in observations if isinstance(o, str) and o.strip() and o in words)
 
 
 def newest_user_kept(session: Session, replay: Replay) -> Fraction:

@@ -14,6 +14,7 @@ from typing import Any
 from bench.evaluation.artifacts import KINDS as ARTIFACT_KINDS
 from bench.evaluation.metrics import ArmResult, Fraction, Retention
 from bench.evaluation.needles import DEPTHS, PLACES
+from bench.evaluation.plot import plot
 from bench.evaluation.runner import ARMS, EvalResults, SessionResult
 
 MAIN = "main"
@@ -137,6 +138,7 @@ def retention_table(results: EvalResults) -> list[str]:
         "session",
         "user msgs ctxgate",
         "user msgs masking",
+        "constraint msgs ctxgate · mask",
         "original request ctxgate",
         "artifacts ctxgate",
         "artifacts masking",
@@ -155,7 +157,8 @@ def retention_table(results: EvalResults) -> list[str]:
                 s.name,
                 frac(ours.user),
                 frac(mask.user),
-                "kept" if ours.original_request else "lost",
+                f"{frac(ours.constraints)} · {frac(mask.constraints)}",
+                _original(ours),
                 frac(artifacts_total(ours)),
                 frac(artifacts_total(mask)),
                 f"{needle_marks(ours, 'user')} · {needle_marks(mask, 'user')}",
@@ -163,6 +166,12 @@ def retention_table(results: EvalResults) -> list[str]:
             ]
         )
     return _table(header, rows)
+
+
+def _original(retention: Retention) -> str:
+    if retention.original_request:
+        return "kept"
+    return "head kept (clipped)" if retention.original_head else "lost"
 
 
 def arms_table(results: EvalResults) -> list[str]:
@@ -174,6 +183,8 @@ def arms_table(results: EvalResults) -> list[str]:
         "billed / full",
         "summary calls / billed",
         "user msgs",
+        "constraint msgs",
+        "original request kept / head kept",
         "newest user msg verbatim (turns)",
         "artifacts",
         "needles user",
@@ -198,6 +209,9 @@ def arms_table(results: EvalResults) -> list[str]:
                 share(sum(a.billed for a in arms), full),
                 share(sum(a.billed_summary for a in arms), sum(a.billed for a in arms)),
                 frac(pooled(a.retention.user for a in arms)),
+                frac(pooled(a.retention.constraints for a in arms)),
+                f"{sum(a.retention.original_request for a in arms)}"
+                f" / {sum(a.retention.original_head for a in arms)} of {len(arms)}",
                 frac(pooled(a.newest_user for a in arms)),
                 frac(pooled(artifacts_total(a.retention) for a in arms)),
                 frac(pooled(needles_of(a.retention, "user") for a in arms)),
@@ -337,57 +351,6 @@ def to_json(results: EvalResults) -> dict[str, Any]:
         "sessions": sessions,
         "probes": results.probes,
     }
-
-
-def plot(results: EvalResults, path: Path) -> Path | None:
-    """Tokens per turn for a tool-calling and a text-action session; None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    chosen = _representatives(results.sessions)
-    if not chosen:
-        return None
-    figure, axes = plt.subplots(len(chosen), 1, figsize=(10, 4 * len(chosen)), squeeze=False)
-    for ax, session in zip(axes[:, 0], chosen, strict=True):
-        _plot_session(ax, session)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
-
-def _representatives(sessions: Sequence[SessionResult]) -> list[SessionResult]:
-    picked = []
-    for kind in ("tau", "swe-text"):
-        match = next((s for s in sessions if s.kind == kind and MAIN in s.arms), None)
-        if match is not None:
-            picked.append(match)
-    return picked
-
-
-def _plot_session(ax: Any, session: SessionResult) -> None:
-    arm = session.arms[MAIN]
-    turns = range(1, session.turns + 1)
-    ax.plot(turns, session.full.tokens_per_turn, label="full history", color="#999999")
-    ax.plot(
-        turns, session.masking.tokens_per_turn, label="observation masking (M=10)", color="#e69f00"
-    )
-    ax.plot(turns, arm.tokens_per_turn, label="ctxgate forwarded", color="#0072b2", lw=1.6)
-    ax.axhline(session.window, color="#d55e00", ls="--", lw=1, label=f"window {session.window:,}")
-    ax.axhline(session.window // 2, color="#009e73", ls=":", lw=1, label="agent threshold (50%)")
-    ax.set_title(
-        f"{session.name}: {session.turns} turns, billed {arm.billed:,} vs full "
-        f"{session.full.total:,} vs masking {session.masking.total:,} prompt tokens"
-    )
-    ax.set_xlabel("turn (request)")
-    ax.set_ylabel("prompt tokens")
-    ax.set_yscale("log")
-    ax.legend(loc="upper left", fontsize=8)
-    ax.grid(alpha=0.3)
 
 
 def write(results: EvalResults, out: Path) -> dict[str, Path]:

@@ -277,7 +277,13 @@ async def test_state_round_trips_through_json() -> None:
     assert EngineState.from_json(out.state.to_json()) == out.state
     assert EngineState.from_json(None) == EngineState()
     odd = EngineState.from_json(
-        {"strikes": "two", "failure_streak": {"timeout": 2}, "unknown": 1, "previous_summary": 5}
+        {
+            "strikes": "two",
+            "failure_streak": {"timeout": 2},
+            "unknown": 1,
+            "previous_summary": 5,
+            "summary_calibration": "1.2",
+        }
     )
     assert odd == EngineState(failure_streak={"timeout": 2})
 

@@ -42,7 +42,7 @@ async def run(
         (SummaryCallError("forbidden", status=403), "auth", 600.0),
         (SummaryCallError("connection refused", network=True), "network", 60.0),
         (SummaryReply("", "stop"), "empty", 30.0),
-        (SummaryReply(SUMMARY_BODY, "length"), "truncated", 60.0),
+        (SummaryReply("## Historical Task Snaps", "length"), "truncated", 60.0),
     ],
 )
 async def test_abort_classes_leave_the_view_unchanged(
@@ -83,6 +83,50 @@ async def test_other_classes_commit_a_deterministic_fallback(
     assert "sk-live" not in summary and "I'm sorry" not in summary
     assert out.state.compression_count == 1
     assert out.state.cooldown_reason == kind
+
+
+async def test_a_truncated_summary_is_kept_to_its_last_complete_line() -> None:
+    out = await run(SummaryReply(SUMMARY_BODY + "\n## Open Questions\nWhether the te", "length"))
+    assert out.outcome == "compressed"
+    assert out.summary_truncated is True
+    assert out.error is not None and "output limit" in out.error
+    assert out.failure_class is None
+    # The cut-off line goes, and so does the heading it would have filled.
+    assert out.summary == SUMMARY_BODY
+    check_invariants(out.messages)
+    assert any(out.summary in text_of(m) for m in out.messages)
+    assert out.state.compression_count == 1 and out.state.cooldown_until == 0.0
+
+
+async def test_a_truncated_reply_is_still_checked_for_error_text() -> None:
+    out = await run(SummaryReply("Error: upstream returned 500.\nTraceback (most rec", "length"))
+    assert out.outcome == "fallback" and out.failure_class == "other"
+    assert "upstream returned 500" not in (out.summary or "")
+
+
+@pytest.mark.parametrize(
+    "step",
+    [SummaryReply("", "stop"), SummaryReply("## Historical Task Snaps", "length")],
+    ids=["empty", "truncated"],
+)
+async def test_a_forced_pass_falls_back_when_the_model_returns_nothing_usable(
+    step: SummaryReply,
+) -> None:
+    ctx = context(summarize=ScriptedSummarizer(step), now=NOW, force=True, trigger="overflow")
+    out = await Compressor().compress(session(), ctx)
+    assert out.outcome == "fallback"
+    assert out.failure_class in ("empty", "truncated")
+    assert out.summary is not None and "## Completed Actions" in out.summary
+    assert f"unavailable ({out.failure_class})" in out.summary
+    check_invariants(out.messages)
+    assert out.state.cooldown_reason == out.failure_class
+
+
+async def test_a_forced_pass_still_aborts_on_auth_failures() -> None:
+    failing = ScriptedSummarizer(SummaryCallError("unauthorized", status=401))
+    out = await Compressor().compress(session(), context(summarize=failing, now=NOW, force=True))
+    assert out.outcome == "aborted" and out.failure_class == "auth"
+    assert out.messages == session()
 
 
 async def test_timeout_cooldowns_escalate() -> None:

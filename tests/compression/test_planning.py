@@ -48,6 +48,15 @@ def test_head_never_ends_inside_a_tool_group() -> None:
     assert head_end(messages, 2, decayed=False) == 5
 
 
+def test_tail_never_starts_with_a_text_agents_observation() -> None:
+    messages: list[Message] = [system(), user("fix it")]
+    for step in range(4):
+        messages.append(reply(f"step {step}\n```bash\nmake {step}\n```"))
+        messages.append(user(f"<returncode>0</returncode>\n<output>\n{'x' * 200}\n</output>"))
+    # a budget that reaches only the last observation: its action comes along
+    assert plan(messages, 1, budgets(tail=60, floor=1))[1] == len(messages) - 2
+
+
 def test_tail_cut_moves_back_to_the_owner_of_reused_ids() -> None:
     messages: list[Message] = [system(), user("go")]
     messages += tool_round("call_1", "a" * 400)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from compression.compressor import Compressor
 from compression.engine import SummaryCallError, SummaryReply
-from compression.handoff import Handoff, render_handoff
+from compression.handoff import Handoff, handoff_text, parse_handoff, render_handoff
 from compression.invariants import check_invariants
 from compression.options import CompressorOptions
 from compression.types import ContentPart, Message
@@ -22,6 +22,8 @@ WORDS = st.text(alphabet="abcdefghij klmnop\n", min_size=0, max_size=60)
 IDS = st.sampled_from([f"call_{n}" for n in range(6)])  # a small pool: ids get reused
 IMAGE: ContentPart = {"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}}
 ENGINE = Compressor(CompressorOptions(max_user_messages_carried=100))
+RECORD_IDS = st.sampled_from(["", " rec_0001", " id=ab_1234", " see /repo/src/app.py", " HAT136"])
+OBSERVATION = "<returncode>"
 
 
 @st.composite
@@ -60,11 +62,22 @@ def tool_round(draw: st.DrawFn) -> list[Message]:
     results: list[Message] = []
     for call_id in draw(st.permutations(ids)):
         size = draw(st.sampled_from([0, 10, 300, 1_500, 4_000]))
-        body: Any = ("out " * size)[:size]
+        body: Any = ("out " * size)[:size] + draw(RECORD_IDS)
         if draw(st.integers(0, 7)) == 0:
             body = [{"type": "text", "text": "shot"}, IMAGE]
         results.append({"role": "tool", "tool_call_id": call_id, "content": body})
     return [{"role": "assistant", "content": text, "tool_calls": calls}, *results]
+
+
+@st.composite
+def text_action_round(draw: st.DrawFn) -> list[Message]:
+    """A text-action agent: the action in a fenced block, its output back as a `user` turn."""
+    code = draw(st.integers(0, 2))
+    output = ("line of output\n" * draw(st.sampled_from([1, 40, 300]))) + draw(RECORD_IDS)
+    return [
+        {"role": "assistant", "content": f"Running it.\n```bash\nmake t{code}\n```"},
+        {"role": "user", "content": f"{OBSERVATION}{code}</returncode>\n<output>\n{output}"},
+    ]
 
 
 def old_summary(number: int, role: str) -> Message:
@@ -83,8 +96,11 @@ def transcript(draw: st.DrawFn) -> list[Message]:
             messages.append(old_summary(turn, draw(st.sampled_from(["user", "assistant"]))))
         messages.append(draw(user_message(turn)))
         for _ in range(draw(st.integers(0, 6))):
-            if draw(st.integers(0, 3)) == 0:
+            kind = draw(st.integers(0, 4))
+            if kind == 0:
                 messages.append({"role": "assistant", "content": draw(WORDS) or "thinking"})
+            elif kind == 1:
+                messages += draw(text_action_round())
             else:
                 messages += draw(tool_round())
         if draw(st.booleans()):
@@ -103,6 +119,21 @@ SCRIPTS = st.sampled_from(
         SummaryCallError("slow", timeout=True),
     ]
 )
+
+
+def view_text(message: Message) -> str:
+    arguments = [c["function"]["arguments"] for c in message.get("tool_calls") or []]
+    return "\n".join([text_of(message), *arguments])
+
+
+def handoffs(messages: list[Message]) -> list[Handoff]:
+    found = []
+    for message in messages:
+        text = handoff_text(message)
+        parsed = parse_handoff(text) if text is not None else None
+        if parsed is not None:
+            found.append(parsed.handoff)
+    return found
 
 
 def texts(message: Message) -> list[str]:
@@ -142,11 +173,20 @@ async def test_every_result_is_valid_and_keeps_what_must_survive(
     users = [
         m
         for m in messages
-        if m["role"] == "user" and texts(m) and not text_of(m).startswith("[CONTEXT COMPACTION")
+        if m["role"] == "user"
+        and texts(m)
+        and not text_of(m).startswith(("[CONTEXT COMPACTION", OBSERVATION))
     ]
     for message in users:  # the newest one, and every one of the summarized region
         for text in texts(message):
             assert text in joined
+    source = "\n".join(view_text(m) for m in messages)
+    for handoff in handoffs(out.messages):
+        event("anchors carried" if handoff.anchors else "no anchors")
+        # tool output sent back as `user` turns is summarized, never carried as the user's
+        assert not any(text.startswith(OBSERVATION) for text in handoff.user_messages)
+        for tier in handoff.anchors.tiers():  # every anchor is copied, never invented
+            assert all(value in source for value in tier)
     if out.outcome in ("compressed", "fallback"):
         kept = len(messages) - out.replaced_upto
         assert all(

@@ -109,6 +109,21 @@ def test_unknown_tools_get_key_values_and_errors() -> None:
     )
 
 
+def test_one_liners_keep_the_first_exact_ids_the_line_does_not_name() -> None:
+    record = json.dumps(
+        {
+            "reservation_id": "XEWRD9",
+            "user_id": "james_lee_6136",
+            "flights": [{"flight_number": f"HAT{n:03d}"} for n in range(40)],
+        }
+    )
+    line = describe_result("get_reservation_details", '{"reservation_id": "XEWRD9"}', record)
+    assert line.endswith("; refs: james_lee_6136, HAT000, HAT001, HAT002")
+    output = "build log\n" * 400 + "artifact stored as build_7f3a91c2"
+    shell = describe_result("bash", '{"command": "make"}', output)
+    assert shell.endswith("-> exit ?, 401 lines output; refs: build_7f3a91c2")
+
+
 def test_unparsable_arguments_still_describe_the_call() -> None:
     line = describe_result("custom", "not json", "r" * 300)
     assert line == "[custom] arguments=not json (300 chars result)"

@@ -2,17 +2,22 @@ from __future__ import annotations
 
 import pytest
 
+from compression.calibration import Calibration
 from compression.engine import SummaryCallError, SummaryReply
 from compression.failures import SummaryFailure, classify_error, cooldown_seconds
 from compression.options import DEFAULT_COOLDOWNS
 from compression.prompts import SECTIONS
 from compression.summary import (
+    UNKNOWN_TOKENIZER_MARGIN,
+    GatedSummary,
     SummaryPrompt,
     build_call,
+    complete_part,
     cut_to_budget,
     gate_reply,
     prompt_overhead,
     size_call,
+    summary_ratio,
 )
 from tests.compression.counters import CharCounter
 from tests.compression.summarizers import SUMMARY_BODY
@@ -53,12 +58,42 @@ def test_focus_topic_is_given_to_the_summarizer() -> None:
 
 
 def test_gate_accepts_a_summary() -> None:
-    assert gate_reply(SummaryReply(SUMMARY_BODY, "stop"), 2_000, COUNTER) == SUMMARY_BODY
+    assert gate_reply(SummaryReply(SUMMARY_BODY, "stop"), 2_000, COUNTER) == GatedSummary(
+        SUMMARY_BODY
+    )
 
 
 def test_gate_strips_thinking() -> None:
     reply = SummaryReply("<think>hmm</think>\n## Goal\nx", "stop")
-    assert gate_reply(reply, 2_000, COUNTER) == "## Goal\nx"
+    assert gate_reply(reply, 2_000, COUNTER) == GatedSummary("## Goal\nx")
+
+
+def test_gate_keeps_a_truncated_summary_within_its_budget() -> None:
+    text = "\n".join(f"## Section {n}\n" + "- fact word word word\n" * 20 for n in range(30))
+    gated = gate_reply(SummaryReply(text + "- cut in the mid", "length"), 300, COUNTER)
+    assert isinstance(gated, GatedSummary) and gated.truncated
+    assert COUNTER.count_text(gated.body) <= 300
+    assert gated.body.startswith("## Section 0\n- fact") and "cut in the mid" not in gated.body
+
+
+def test_gate_drops_an_unfinished_thinking_block_of_a_truncated_reply() -> None:
+    reply = SummaryReply("## Goal\nship it\n## Active State\nok\n<think>and then I shou", "length")
+    assert gate_reply(reply, 2_000, COUNTER) == GatedSummary("## Goal\nship it", truncated=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("## Goal\nship it\n## Active State\nhalf a li", "## Goal\nship it"),
+        ("## Goal\nship it\n- step one\n- step tw", "## Goal\nship it\n- step one"),
+        ("**Goal**: ship it\n**Blocked**:\n- nothi", "**Goal**: ship it"),
+        ("The user wants X. They asked for Y. And the", "The user wants X. They asked for Y."),
+        ("One unfinished senten", ""),
+        ("## Goal\n## Active St", ""),
+    ],
+)
+def test_a_cut_off_reply_keeps_its_complete_part(text: str, kept: str) -> None:
+    assert complete_part(text) == kept
 
 
 @pytest.mark.parametrize(
@@ -67,7 +102,9 @@ def test_gate_strips_thinking() -> None:
         (SummaryReply("", "stop"), "empty"),
         (SummaryReply("   \n", "stop"), "empty"),
         (SummaryReply("<think>only thoughts</think>", "stop"), "empty"),
-        (SummaryReply(SUMMARY_BODY, "length"), "truncated"),
+        (SummaryReply("## Historical Task Snaps", "length"), "truncated"),
+        (SummaryReply("", "length"), "empty"),
+        (SummaryReply("I'm sorry, I can't summarize this.\nI am not ab", "length"), "other"),
         (SummaryReply("I'm sorry, but I can't help with that.", "stop"), "other"),
         (SummaryReply('{"error": {"message": "model overloaded"}}', "stop"), "other"),
         (SummaryReply("Error: upstream returned 500", "stop"), "other"),
@@ -142,3 +179,22 @@ def test_call_size_fits_a_small_summary_window() -> None:
 def test_call_size_for_a_large_window_keeps_the_budget() -> None:
     size = size_call(6_400, 128_000, 32_000, 700)
     assert (size.budget, size.max_tokens, size.input_tokens) == (6_400, 12_800, 32_000)
+
+
+def test_call_size_counts_the_input_in_the_summary_models_tokens() -> None:
+    """A tokenizer counting 1.21x ours must still fit: scale the room, not the window."""
+    overhead = prompt_overhead(COUNTER)
+    plain = size_call(2_000, 2_048, 32_000, overhead)
+    scaled = size_call(2_000, 2_048, 32_000, overhead, ratio=1.21)
+    assert scaled.max_tokens == plain.max_tokens == 512
+    assert scaled.input_tokens < plain.input_tokens
+    # In the summary model's tokens: prompt and turns scaled, plus its output, leave 5%.
+    assert (scaled.input_tokens + overhead) * 1.21 + scaled.max_tokens <= 2_048 - 2_048 // 20
+    assert (plain.input_tokens + overhead) * 1.21 + plain.max_tokens > 2_048 - 2_048 // 20
+
+
+def test_the_summary_ratio_prefers_measurement_then_the_caller_then_a_margin() -> None:
+    learned = Calibration().observe(real_prompt_tokens=1_300, estimated_tokens=1_000)
+    assert summary_ratio(1.1, learned) == pytest.approx(1.3)
+    assert summary_ratio(1.1, Calibration()) == 1.1
+    assert summary_ratio(None, Calibration()) == UNKNOWN_TOKENIZER_MARGIN > 1.21

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
+from compression.calibration import Calibration
 from compression.compressor import Compressor
-from compression.engine import SummaryCall, SummaryReply
+from compression.engine import SummaryCall, SummaryCallError, SummaryReply
 from compression.invariants import check_invariants
+from compression.state import EngineState
 from compression.types import Message
 from tests.compression.builders import context, system, tool_round, user
 from tests.compression.counters import CharCounter
@@ -16,16 +21,26 @@ ENGINE = Compressor()
 
 
 class FittingSummarizer(ScriptedSummarizer):
-    """Fails the test if a call would not fit the summary model's window."""
+    """A summary model whose tokenizer counts `factor` x CharCounter; refuses what overflows.
 
-    def __init__(self, window: int) -> None:
+    Like a real server it reports the prompt size in its own tokens, and answers a call that
+    does not fit its window with an error (the engine then falls back: outcome "fallback").
+    """
+
+    def __init__(self, window: int, factor: float = 1.0) -> None:
         super().__init__(default="## Goal\nkeep going\n" + "- fact\n" * 400)
         self.window = window
+        self.factor = factor
         self.counter = CharCounter()
+        self.sizes: list[int] = []
 
     async def __call__(self, call: SummaryCall) -> SummaryReply:
-        assert self.counter.count_messages(call.messages) + call.max_tokens <= self.window
-        return await super().__call__(call)
+        prompt = int(self.counter.count_messages(call.messages) * self.factor)
+        self.sizes.append(prompt + call.max_tokens)
+        if prompt + call.max_tokens > self.window:
+            raise SummaryCallError("context window exceeded", status=400)
+        reply = await super().__call__(call)
+        return replace(reply, prompt_tokens=prompt)
 
 
 def long_history(rounds: int, output_chars: int) -> list[Message]:
@@ -91,3 +106,49 @@ async def test_a_huge_single_message_in_the_middle_is_clipped_for_the_summarizer
     out = await ENGINE.compress(messages, ctx)
     assert out.outcome == "compressed"
     assert "chars omitted" in summarizer.prompt
+
+
+def summary_pass(
+    summarizer: FittingSummarizer, state: EngineState | None = None, ratio: float | None = None
+) -> Any:
+    messages = long_history(rounds=80, output_chars=400)
+    ctx = context(
+        summarize=summarizer,
+        context_length=2_048,
+        max_output_tokens=48,
+        summary_token_ratio=ratio,
+        state=state,
+        force=True,
+        now=1.0,
+    )
+    return ENGINE.compress(messages, ctx)
+
+
+async def test_an_unknown_summary_tokenizer_gets_a_safety_margin() -> None:
+    """llama-family tokenizers count ~1.21x ours: the margin alone keeps the call in."""
+    summarizer = FittingSummarizer(2_048, factor=1.21)
+    out = await summary_pass(summarizer)
+    assert out.outcome == "compressed", out.error
+    assert summarizer.sizes[0] <= 2_048
+
+
+async def test_the_summary_models_ratio_sizes_its_input() -> None:
+    heavy = FittingSummarizer(2_048, factor=1.7)
+    unknown = await summary_pass(heavy)
+    assert unknown.outcome == "fallback" and heavy.sizes[0] > 2_048  # the margin is not enough
+    known = FittingSummarizer(2_048, factor=1.7)
+    out = await summary_pass(known, ratio=1.7)
+    assert out.outcome == "compressed", out.error
+    assert known.sizes[0] <= 2_048
+
+
+async def test_the_summary_models_ratio_is_learned_from_its_replies() -> None:
+    first = FittingSummarizer(2_048, factor=1.7)
+    out = await summary_pass(first, ratio=1.7)
+    learned = Calibration.from_dict(out.state.summary_calibration)
+    assert learned.samples == 1 and learned.ratio == pytest.approx(1.7, abs=0.02)
+    again = FittingSummarizer(2_048, factor=1.7)
+    later = await summary_pass(again, state=EngineState(summary_calibration=learned.to_dict()))
+    assert later.outcome == "compressed", later.error
+    assert again.sizes[0] <= 2_048
+    assert EngineState.from_json(later.state.to_json()) == later.state

@@ -76,6 +76,8 @@ def test_compress_prints_a_smaller_valid_body(tmp_path: Path, sim: Simulator) ->
     assert "Constraint: keep tabs." in json.dumps(out["messages"])
     assert "->" in done.stderr and "outcome compressed" in done.stderr
     assert len(sim.summary_requests) == 1
+    # No client headers exist offline; the summary call must still say what its body is.
+    assert sim.summary_requests[0].headers.get("content-type") == "application/json"
 
 
 def test_compress_under_threshold_without_force_leaves_it(tmp_path: Path, sim: Simulator) -> None:

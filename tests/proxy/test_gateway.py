@@ -360,3 +360,17 @@ def test_unknown_path_gets_an_openai_envelope(proxy: ProxyServer) -> None:
     response = httpx.get(proxy.base_url + "/no-such-thing")
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "not_found_error"
+
+
+@pytest.mark.parametrize("log_content", [False, True])
+def test_message_contents_are_logged_only_when_enabled(
+    sim: Simulator, db_path: str, caplog: pytest.LogCaptureFixture, log_content: bool
+) -> None:
+    settings = settings_for(sim.base_url, db_path, logging={"log_content": log_content})
+    secret = "the launch code is 0000-CONTENT-MARKER"
+    with caplog.at_level("INFO", logger="ctxgate"), ProxyServer(settings) as server:
+        client(server.base_url).chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": secret}]
+        )
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert (secret in logged) is log_content

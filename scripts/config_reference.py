@@ -1,0 +1,277 @@
+"""Write the configuration reference in README.md from the settings code.
+
+    python scripts/config_reference.py           print the reference
+    python scripts/config_reference.py --write   replace the block in README.md
+    python scripts/config_reference.py --check   exit 1 when README.md's block is stale
+
+Keys and types come from the dataclasses in proxy/settings.py, descriptions from the docstring
+under each field, and defaults from what `parse_settings` actually produces for a minimal
+file (so the table cannot claim a default the loader does not apply). The built-in
+compressor's options come from `compression.options.CompressorOptions`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import re
+import sys
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from compression.options import CompressorOptions
+from proxy import settings as settings_module
+from proxy.settings import Settings, UpstreamSettings, parse_settings
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BEGIN = "<!-- config-reference -->"
+END = "<!-- /config-reference -->"
+COMMAND = "python scripts/config_reference.py --write"
+
+# The loader fills these in from the file's own structure, not from a default value.
+_FIRST_UPSTREAM = "<first upstream>"
+_MINIMAL = {
+    "upstreams": {_FIRST_UPSTREAM: {"base_url": "https://provider.example/v1"}},
+    "models": [{}],
+}
+_REQUIRED = {(UpstreamSettings, "base_url")}
+_NOT_KEYS = {(UpstreamSettings, "name")}  # the mapping key under `upstreams`
+
+_SCALARS = {
+    str: ("string", "strings"),
+    int: ("integer", "integers"),
+    float: ("number", "numbers"),
+    bool: ("boolean", "booleans"),
+    Any: ("any value", "any values"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    path: str  # e.g. "upstreams.NAME", "models[]", "compression.summary"
+    cls: type
+    value: Any  # the loaded instance the defaults are read from
+    intro: str
+
+
+def field_docs(module: types.ModuleType) -> dict[str, dict[str, str]]:
+    """{class name: {field: docstring}} from the string literal under each annotated field."""
+    tree = ast.parse(inspect.getsource(module))
+    docs: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        found = docs.setdefault(node.name, {})
+        for stmt, following in zip(node.body, node.body[1:], strict=False):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                found[stmt.target.id] = one_line(following.value.value)
+    return docs
+
+
+def one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _strip_optional(hint: Any) -> Any:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
+
+
+def type_name(hint: Any, plural: bool = False) -> str:
+    hint = _strip_optional(hint)
+    if hint in _SCALARS:
+        return _SCALARS[hint][plural]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return ("lists of " if plural else "list of ") + type_name(args[0], plural=True)
+    if origin in (Mapping, dict) and len(args) == 2:
+        kind = "mappings" if plural else "mapping"
+        return kind if args[1] is Any else f"{kind} to {type_name(args[1], plural=True)}"
+    raise TypeError(f"no reference name for the type {hint!r}; extend type_name()")
+
+
+def render_default(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if value == _FIRST_UPSTREAM:
+        return "the first upstream"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str | int | float):
+        return f"`{value}`"
+    if isinstance(value, tuple | list):
+        return "`[" + ", ".join(render_default(v).strip("`") for v in value) + "]`"
+    if isinstance(value, Mapping):
+        items = (f"{k}: {render_default(v).strip('`')}" for k, v in value.items())
+        return "`{" + ", ".join(items) + "}`"
+    raise TypeError(f"no reference rendering for the default {value!r}")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def sections(loaded: Settings) -> Iterator[Section]:
+    """The tables, in the order of the fields of `Settings` (nested sections after their parent)."""
+    docs = field_docs(settings_module)
+    hints = typing.get_type_hints(Settings)
+    for f in dataclasses.fields(Settings):
+        hint, value = hints[f.name], getattr(loaded, f.name)
+        intro = one_line(inspect.getdoc(_section_class(hint)) or "")
+        if f.name in docs["Settings"]:
+            intro = f"{intro} {docs['Settings'][f.name]}"
+        if typing.get_origin(hint) is Mapping:
+            yield Section(
+                f"{f.name}.NAME", typing.get_args(hint)[1], next(iter(value.values())), intro
+            )
+        elif typing.get_origin(hint) is tuple:
+            yield Section(f"{f.name}[]", typing.get_args(hint)[0], value[0], intro)
+        else:
+            yield from _nested(f.name, hint, value, intro)
+
+
+def _section_class(hint: Any) -> type:
+    args = typing.get_args(hint)
+    cls = args[-1] if typing.get_origin(hint) is Mapping else args[0] if args else hint
+    assert dataclasses.is_dataclass(cls) and isinstance(cls, type)
+    return cls
+
+
+def _nested(path: str, cls: type, value: Any, intro: str) -> Iterator[Section]:
+    yield Section(path, cls, value, intro)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        sub = hints[f.name]
+        if dataclasses.is_dataclass(sub) and isinstance(sub, type):
+            sub_intro = one_line(inspect.getdoc(sub) or "")
+            yield from _nested(f"{path}.{f.name}", sub, getattr(value, f.name), sub_intro)
+
+
+def _declared_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def section_table(section: Section, docs: dict[str, dict[str, str]]) -> list[str]:
+    lines = [f"#### `{section.path}`", ""]
+    if section.intro:
+        lines += [section.intro, ""]
+    lines += ["| key | type | default | description |", "|---|---|---|---|"]
+    hints = typing.get_type_hints(section.cls)
+    for f in dataclasses.fields(section.cls):
+        hint = hints[f.name]
+        if (section.cls, f.name) in _NOT_KEYS or dataclasses.is_dataclass(hint):
+            continue
+        description = docs.get(section.cls.__name__, {}).get(f.name)
+        if not description:
+            raise SystemExit(
+                f"{section.cls.__name__}.{f.name} has no docstring in proxy/settings.py; "
+                "add one under the field (it becomes its description here)"
+            )
+        loaded = getattr(section.value, f.name)
+        declared = _declared_default(f)
+        if declared is not dataclasses.MISSING and declared != loaded:
+            raise SystemExit(
+                f"{section.cls.__name__}.{f.name}: the dataclass default {declared!r} differs "
+                f"from the loader's {loaded!r}; make them agree in proxy/settings.py"
+            )
+        default = "required" if (section.cls, f.name) in _REQUIRED else render_default(loaded)
+        key = f"`{section.path}.{f.name}`"
+        lines.append(f"| {key} | {type_name(hint)} | {default} | {_cell(description)} |")
+    return lines + [""]
+
+
+def options_table() -> list[str]:
+    """The built-in compressor's options (names, types and defaults only)."""
+    lines = [
+        "#### `compression.options` of the built-in `compressor` engine",
+        "",
+        "Checked at start-up: an unknown name or a wrong value stops it. `threshold`, "
+        "`hygiene_threshold` and `hygiene_max_messages` default to the `compression` keys of "
+        "the same name, `summary_model_context_length` to `compression.summary.context_length`.",
+        "",
+        "| option | type | default |",
+        "|---|---|---|",
+    ]
+    hints = typing.get_type_hints(CompressorOptions)
+    for f in dataclasses.fields(CompressorOptions):
+        default = render_default(_declared_default(f))
+        lines.append(f"| `{f.name}` | {type_name(hints[f.name])} | {_cell(default)} |")
+    return lines + [""]
+
+
+def render() -> str:
+    """The Markdown between the markers (without them)."""
+    loaded = parse_settings(_MINIMAL, {})
+    docs = field_docs(settings_module)
+    lines = [
+        "<!-- Generated from proxy/settings.py and compression/options.py by "
+        f"`{COMMAND}`; do not edit by hand. -->",
+        "",
+    ]
+    tables = list(sections(loaded))
+    # The options table follows the last `compression` section, whatever their order.
+    last = max(i for i, s in enumerate(tables) if s.path.split(".")[0] == "compression")
+    for i, section in enumerate(tables):
+        lines += section_table(section, docs)
+        if i == last:
+            lines += options_table()
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def current_block(readme: str) -> str:
+    """README.md's block between the markers; ValueError when the markers are missing."""
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no {BEGIN} ... {END} block")
+    return readme[start + len(BEGIN) : end].strip("\n") + "\n"
+
+
+def with_block(readme: str, block: str) -> str:
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no {BEGIN} ... {END} block")
+    return readme[: start + len(BEGIN)] + "\n" + block + readme[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="update README.md in place")
+    mode.add_argument("--check", action="store_true", help="exit 1 when README.md is stale")
+    args = parser.parse_args(argv)
+    block = render()
+    if not (args.write or args.check):
+        sys.stdout.write(block)
+        return 0
+    readme = README.read_text(encoding="utf-8")
+    if args.check:
+        if current_block(readme) != block:
+            print(f"README.md's configuration reference is stale; run: {COMMAND}", file=sys.stderr)
+            return 1
+        return 0
+    updated = with_block(readme, block)
+    if updated != readme:
+        README.write_text(updated, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

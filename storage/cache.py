@@ -1,0 +1,119 @@
+"""Recently read session rows, kept in this process so the request path needs no round trip.
+
+Rows this process writes stay current here: usage is applied the way the database applies it,
+every other write drops the entry so the next read goes to the database. Rows another replica
+writes are seen at most `ttl_s` late. That is safe because nothing decisive rests on this
+copy: compressions re-read checkpoints from the database under the session lease, so a stale
+row costs at most one checkpoint lookup or one redundant compression check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Final
+
+from storage.records import SessionKey, SessionRecord, UsageRecord
+
+
+class Miss:
+    """Returned by SessionCache.get when the cache cannot answer (None is an answer)."""
+
+
+MISS: Final = Miss()
+
+
+class SessionCache:
+    def __init__(
+        self,
+        ttl_s: float,
+        *,
+        max_entries: int = 20_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self._max = max_entries
+        self._clock = clock
+        self._rows: OrderedDict[SessionKey, tuple[float, SessionRecord | None]] = OrderedDict()
+        self.epoch = 0
+        """Bumped by every drop: a row read from the database before a drop may predate the
+        write that caused it, so `put` refuses rows read in an earlier epoch."""
+
+    def get(self, sk: SessionKey) -> SessionRecord | None | Miss:
+        """The cached row (None: known not to exist) or MISS when absent or expired."""
+        entry = self._rows.get(sk)
+        if entry is None:
+            return MISS
+        if self._clock() - entry[0] > self.ttl_s:
+            del self._rows[sk]
+            return MISS
+        return entry[1]
+
+    def put(self, sk: SessionKey, record: SessionRecord | None, read_in_epoch: int) -> None:
+        if self.ttl_s <= 0 or read_in_epoch != self.epoch:
+            return
+        self._rows[sk] = (self._clock(), record)
+        self._rows.move_to_end(sk)
+        while len(self._rows) > self._max:
+            self._rows.popitem(last=False)
+
+    def drop(self, sk: SessionKey) -> None:
+        self.epoch += 1
+        self._rows.pop(sk, None)
+
+    def apply_usage(self, u: UsageRecord) -> None:
+        """Mirror of the database's usage upsert on the cached row (freshness unchanged)."""
+        entry = self._rows.get(u.sk)
+        if entry is None or u.at is None:
+            return
+        fetched, old = entry
+        self._rows[u.sk] = (fetched, with_usage(old, u))
+
+
+def with_usage(old: SessionRecord | None, u: UsageRecord) -> SessionRecord:
+    """The session row after `u` is written, as storage.usage computes it in SQL."""
+    at = u.at if u.at is not None else 0.0
+    if old is None:
+        old = SessionRecord(
+            scope=u.sk.scope,
+            key=u.sk.key,
+            model=u.model,
+            created_at=at,
+            updated_at=at,
+            last_prompt_tokens=None,
+            last_completion_tokens=None,
+            last_message_count=None,
+            last_usage_estimated=False,
+            last_usage_at=None,
+            request_count=0,
+            compression_count=0,
+            total_prompt_tokens=0,
+            total_completion_tokens=0,
+            engine_state={},
+            parent_key=None,
+            child_key=None,
+            last_compression_at=None,
+        )
+    counters = dataclasses.replace(
+        old,
+        model=u.model,
+        updated_at=max(old.updated_at, at),
+        request_count=old.request_count + 1,
+        total_prompt_tokens=old.total_prompt_tokens + u.prompt_tokens,
+        total_completion_tokens=old.total_completion_tokens + u.completion_tokens,
+    )
+    newer = at >= (old.last_usage_at if old.last_usage_at is not None else at) and at >= (
+        old.last_compression_at if old.last_compression_at is not None else at
+    )
+    if not newer:
+        return counters
+    return dataclasses.replace(
+        counters,
+        last_prompt_tokens=u.prompt_tokens,
+        last_completion_tokens=u.completion_tokens,
+        last_message_count=u.message_count,
+        last_usage_estimated=u.estimated,
+        last_usage_at=at,
+    )
