@@ -32,7 +32,7 @@ from compression import (
 )
 from compression.types import Message
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus"
 TARGET_MESSAGES = 1_000
 TARGET_TOKENS = 200_000
 SUMMARY = "## Goal\nContinue the work.\n## Completed Actions\n1. Many tool calls — ok\n"

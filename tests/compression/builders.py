@@ -12,7 +12,8 @@ from compression.state import EngineState
 from compression.types import Message, ToolCall
 from tests.compression.counters import CharCounter
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"  # shared/ sits beside the repo
+# A copy of ../shared/corpus is kept in the repository so that CI has it on a clean machine.
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
 
 
 def system(text: str = "You are a careful coding agent.") -> Message:

@@ -12,7 +12,7 @@ import yaml
 from compression import check_invariants
 from tests.simulator import Simulator
 
-CORPUS = Path(__file__).parents[3] / "shared" / "corpus" / "sweagent_fc_demos.jsonl"
+CORPUS = Path(__file__).parents[1] / "data" / "corpus" / "sweagent_fc_demos.jsonl"
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
