@@ -14,6 +14,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -26,7 +27,7 @@ from proxy.conversations import Conversations
 from proxy.errors import BadRequest, ProxyError, error_response
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
-from proxy.routes import CHAT_PATHS, chat_completions, router
+from proxy.routes import CHAT_PATHS, header_dict, read_body, router
 from proxy.settings import Settings
 from proxy.upstream import Upstream, new_http_transport
 from storage import SessionLocks, SessionStore
@@ -174,25 +175,33 @@ class CtxgateApp(FastAPI):
     """FastAPI, except that chat completions skip its router and middleware stack.
 
     Every request of an agent goes through that one route; FastAPI's dispatch (a dozen
-    middleware and routing layers) costs a few hundred microseconds of it. The route stays
-    declared for the OpenAPI schema; errors map through the same handlers.
+    middleware and routing layers, a Request object, header lookups that decode the raw list
+    each time) costs a few hundred microseconds of it. The route stays declared for the
+    OpenAPI schema; errors map through the same handlers.
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in CHAT_PATHS:
             scope["app"] = self
-            await self._chat(Request(scope, receive, send), send)
+            await self._chat(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
-    async def _chat(self, request: Request, send: Send) -> None:
+    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        services: Services = self.state.services
         try:
-            response = await chat_completions(request)
+            headers = header_dict(scope["headers"])
+            limit = services.settings.server.max_body_bytes
+            raw = await read_body(headers, receive, limit)
+            response = await services.gateway.chat(headers, raw)
+        except ClientDisconnect:
+            return  # gone before its request was complete: nobody to answer
         except ProxyError as exc:
-            response = await on_proxy_error(request, exc)
+            services.metrics.error(exc.status_code)
+            response = error_response(exc)
         except Exception as exc:
-            response = await on_unexpected(request, exc)
-        await response(request.scope, request.receive, send)
+            response = await on_unexpected(Request(scope, receive, send), exc)
+        await response(scope, receive, send)
 
 
 def create_app(

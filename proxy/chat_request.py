@@ -83,16 +83,45 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
 
 
 def _check_message(index: int, message: Any) -> None:
-    where = f"messages[{index}]"
-    if not isinstance(message, dict):
-        raise BadRequest(f"'{where}' must be an object, got {_json_type(message)}.", param=where)
+    # Runs for every message of every request: the common valid shapes return after a few
+    # type checks, and the error text is only built once something is wrong.
+    if type(message) is not dict:
+        raise BadRequest(
+            f"'messages[{index}]' must be an object, got {_json_type(message)}.",
+            param=f"messages[{index}]",
+        )
     role = message.get("role")
+    content = message.get("content")
+    if (
+        type(role) is str
+        and role in _ROLES
+        and (content is None or type(content) is str)
+        and (role != "tool" or type(message.get("tool_call_id")) is str)
+        and _plain_tool_calls(message.get("tool_calls"))
+    ):
+        return
+    _check_message_fully(f"messages[{index}]", message, role, content)
+
+
+def _plain_tool_calls(tool_calls: Any) -> bool:
+    if tool_calls is None:
+        return True
+    if type(tool_calls) is not list:
+        return False
+    for call in tool_calls:
+        if type(call) is not dict or type(call.get("id")) is not str:
+            return False
+        if type(call.get("function")) is not dict:
+            return False
+    return True
+
+
+def _check_message_fully(where: str, message: dict[str, Any], role: Any, content: Any) -> None:
     if not isinstance(role, str) or role not in _ROLES:
         raise BadRequest(
             f"'{where}.role' must be one of {', '.join(sorted(_ROLES))}, got {role!r}.",
             param=f"{where}.role",
         )
-    content = message.get("content")
     if content is not None and not isinstance(content, (str, list)):
         raise BadRequest(
             f"'{where}.content' must be a string, an array of parts or null, "

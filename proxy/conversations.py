@@ -92,6 +92,36 @@ class Conversations:
         )
         return UpstreamSummarizer(upstream, model, headers, summary.timeout_s)
 
+    def summary_token_ratio(self, turn: Turn) -> float | None:
+        """Summary-model tokens per token we count, when the summary model is the request's
+        own and its real usage calibrated our counter (otherwise the compressor falls back to
+        a margin until the summary calls teach it)."""
+        model = self.settings.compression.summary.model
+        if model not in ("auto", turn.request.model):
+            return None
+        calibration = self.calibrations.get(turn.request.model)
+        return calibration.ratio if calibration is not None and calibration.samples else None
+
+    async def _compress(
+        self,
+        turn: Turn,
+        trigger: str,
+        *,
+        force: bool = False,
+        focus: str | None = None,
+        current_tokens: int | None = None,
+    ) -> Attempt:
+        return await self.compactor.compress(
+            turn,
+            trigger=trigger,
+            counter=self.counter(turn.rule, turn.request.model),
+            summarize=self.summarizer(turn),
+            force=force,
+            focus=focus,
+            current_tokens=current_tokens,
+            summary_token_ratio=self.summary_token_ratio(turn),
+        )
+
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -163,13 +193,7 @@ class Conversations:
             )
         if decision == "none":
             return
-        await self.compactor.compress(
-            turn,
-            trigger=decision,
-            counter=counter,
-            summarize=self.summarizer(turn),
-            current_tokens=pressure.tokens if pressure else None,
-        )
+        await self._compress(turn, decision, current_tokens=pressure.tokens if pressure else None)
 
     async def _await_job(self, key: SessionKey) -> bool:
         """Wait (bounded) for this session's background compression; True if there was one."""
@@ -199,13 +223,8 @@ class Conversations:
         counter = self.counter(turn.rule, turn.request.model)
         before_messages = len(turn.view)
         before_tokens = estimate_view(turn, counter, self.calibration(turn.request.model))
-        attempt = await self.compactor.compress(
-            turn,
-            trigger="overflow",
-            counter=counter,
-            summarize=self.summarizer(turn),
-            force=True,
-            current_tokens=overflow.prompt_tokens,
+        attempt = await self._compress(
+            turn, "overflow", force=True, current_tokens=overflow.prompt_tokens
         )
         if not attempt.changed:
             return f"forced compression did not succeed ({attempt.outcome}: {attempt.error})"
@@ -295,13 +314,7 @@ class Conversations:
 
     async def _background(self, turn: Turn, prompt: int) -> None:
         try:
-            attempt = await self.compactor.compress(
-                turn,
-                trigger="post_response",
-                counter=self.counter(turn.rule, turn.request.model),
-                summarize=self.summarizer(turn),
-                current_tokens=prompt,
-            )
+            attempt = await self._compress(turn, "post_response", current_tokens=prompt)
             if attempt.changed:
                 self._mark_committed(turn.key)
         except Exception:
@@ -313,14 +326,7 @@ class Conversations:
         if last is None:
             return None
         turn = replace(last, notes=[], estimate=None)
-        attempt = await self.compactor.compress(
-            turn,
-            trigger="manual",
-            counter=self.counter(turn.rule, turn.request.model),
-            summarize=self.summarizer(turn),
-            force=True,
-            focus=focus,
-        )
+        attempt = await self._compress(turn, "manual", force=True, focus=focus)
         if attempt.changed:
             self._mark_committed(turn.key)
         return turn, attempt

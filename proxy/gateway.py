@@ -16,7 +16,8 @@ from typing import Any
 import anyio
 import httpx
 import orjson
-from starlette.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.responses import Response
 
 from proxy.auth import Authenticator
 from proxy.chat_request import parse_chat_request
@@ -27,7 +28,7 @@ from proxy.identity import identify, scope_for
 from proxy.metrics import Metrics
 from proxy.overflow import classify_overflow
 from proxy.settings import Settings
-from proxy.streaming import StreamRelay
+from proxy.streaming import EventStreamResponse, StreamRelay
 from proxy.turn import Turn
 
 log = logging.getLogger("ctxgate.gateway")
@@ -110,17 +111,25 @@ class Gateway:
             )
             await self._recover_or_raise(turn, error, attempt, len(body))
             attempt += 1
-        self.conversations.after_response(turn, _usage_of(response.content))
         out_headers = client_response_headers(response.headers.items())
         out_headers.update(turn.response_headers())
         out_headers.pop("content-type", None)
-        self.metrics.finished(turn, arrived, response.status_code)
         return Response(
             response.content,
             status_code=response.status_code,
             headers=out_headers,
             media_type=response.headers.get("content-type", "application/json"),
+            # Bookkeeping runs once the client has its answer: it is not what they wait for.
+            background=BackgroundTask(self._finish, turn, response, arrived),
         )
+
+    async def _finish(self, turn: Turn, response: httpx.Response, arrived: float) -> None:
+        # A coroutine: Starlette would run a plain function in a worker thread.
+        try:
+            self.conversations.after_response(turn, _usage_of(response.content))
+        except Exception:  # the answer is already out; nothing left to report it to
+            log.exception("session bookkeeping after a response failed")
+        self.metrics.finished(turn, arrived, response.status_code)
 
     async def _open_stream(self, turn: Turn, stack: AsyncExitStack) -> httpx.Response:
         headers = self._upstream_headers(turn)
@@ -152,11 +161,8 @@ class Gateway:
         out_headers.pop("content-type", None)
         out_headers.update(_SSE_HEADERS)
         out_headers.update(turn.response_headers())
-        return StreamingResponse(
-            self._relay(turn, relay, stack, arrived),
-            status_code=response.status_code,
-            headers=out_headers,
-            media_type="text/event-stream",
+        return EventStreamResponse(
+            self._relay(turn, relay, stack, arrived), response.status_code, out_headers
         )
 
     async def _relay(
@@ -168,8 +174,8 @@ class Gateway:
                 yield chunk
             completed = True
         finally:
-            # Runs on a client disconnect too, inside a cancelled scope: shield the cleanup so
-            # the upstream connection is really closed (which cancels the generation).
+            # Runs on a client disconnect too, as the cancellation passes through: shielded,
+            # the cleanup really closes the upstream connection (which cancels the generation).
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
                 if completed and relay.failed is None:

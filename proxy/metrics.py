@@ -72,13 +72,15 @@ class Metrics:
             "ctxgate_active_sessions", "Sessions seen in the last 15 minutes", registry=r
         )
         self._recent: dict[str, float] = {}
+        self._prune_at = 0.0
 
     def prepared(self, turn: Turn, seconds: float) -> None:
         self.overhead.observe(seconds)
         now = time.monotonic()
         self._recent[turn.key.key] = now
-        if len(self._recent) > 10_000 or int(now) % 30 == 0:
+        if len(self._recent) > 10_000 or now >= self._prune_at:
             self._recent = {k: t for k, t in self._recent.items() if now - t < 900}
+            self._prune_at = now + 30
         self.active_sessions.set(len(self._recent))
 
     def compression(self, trigger: str, outcome: str, before: int, after: int) -> None:

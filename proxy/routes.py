@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import APIRouter, Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive
 
 from proxy.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.headers import upstream_request_headers
@@ -25,19 +28,30 @@ def services_of(request: Request) -> Services:
     return services
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+def header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """ASGI's header list as a dict, decoded once (names arrive lower-cased; a repeated
+    header keeps its last value)."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
+
+
+async def read_body(headers: Mapping[str, str], receive: Receive, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it exceeds `limit` bytes."""
-    declared = request.headers.get("content-length")
+    declared = headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"The request body exceeds ctxgate's limit of {limit} bytes.")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"The request body exceeds ctxgate's limit of {limit} bytes.")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
@@ -46,9 +60,11 @@ CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 @router.post("/v1/chat/completions", include_in_schema=True)
 @router.post("/chat/completions", include_in_schema=False)
 async def chat_completions(request: Request) -> Response:
+    """Served by `CtxgateApp` without this router; declared here for the OpenAPI schema."""
     services = services_of(request)
-    raw = await read_body(request, services.settings.server.max_body_bytes)
-    return await services.gateway.chat(request.headers, raw)
+    headers = header_dict(request.scope["headers"])
+    raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)
+    return await services.gateway.chat(headers, raw)
 
 
 @router.get("/v1/models")
@@ -108,7 +124,7 @@ async def compress_session(session_id: str, request: Request) -> Response:
     """Compress a session now (its most recent view), optionally around a focus topic."""
     services = services_of(request)
     credential = services.auth.client_credential(request.headers)
-    raw = await read_body(request, 64 * 1024)
+    raw = await read_body(request.headers, request.receive, 64 * 1024)
     focus = None
     if raw.strip():
         try:

@@ -7,12 +7,15 @@ turns a broken upstream into one `data: {"error": …}` event, which the OpenAI 
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
 import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
@@ -103,3 +106,52 @@ class StreamRelay:
         if not self.finished:
             self.failed = "upstream closed the stream without finishing"
             yield error_event("The upstream closed the stream before the response was complete.")
+
+
+class EventStreamResponse(Response):
+    """ASGI response relaying `events` as `text/event-stream`, stopped when the client leaves.
+
+    Starlette's StreamingResponse watches for the disconnect through an anyio task group
+    whose cancellation formats the task's repr: a few dozen microseconds per stream. Here a
+    plain task waits for `http.disconnect` and cancels the relaying task once; the events
+    iterator's cleanup (closing the upstream call) runs in that task as the CancelledError
+    passes through it.
+    """
+
+    def __init__(
+        self, events: AsyncIterator[bytes], status_code: int, headers: Mapping[str, str]
+    ) -> None:
+        self.events = events
+        self.status_code = status_code
+        self.background = None
+        self.media_type = "text/event-stream"
+        self.init_headers(headers)
+        self.client_left = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.ensure_future(self._watch(receive, task))
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            async for chunk in self.events:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not self.client_left:
+                raise
+            task.uncancel()  # our own cancellation: the response simply ends
+        finally:
+            watcher.cancel()
+
+    async def _watch(self, receive: Receive, task: asyncio.Task[Any]) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.client_left = True
+        task.cancel()

@@ -41,6 +41,7 @@ class Upstream:
         self._timeout = httpx.Timeout(
             settings.timeout_s, connect=settings.connect_timeout_s
         ).as_dict()
+        self._urls: dict[str, httpx.URL] = {}  # parsing the URL is a good part of a request
 
     def _request(
         self,
@@ -53,9 +54,12 @@ class Upstream:
         timeout = self._timeout
         if timeout_s is not None:
             timeout = httpx.Timeout(timeout_s, connect=self.settings.connect_timeout_s).as_dict()
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx.URL(self.settings.base_url + path)
         return httpx.Request(
             method,
-            self.settings.base_url + path,
+            url,
             content=body,
             headers=headers,
             extensions={"timeout": timeout},

@@ -147,7 +147,12 @@ async def _run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
 
 def upsert(conn: AsyncConnection, table: Table) -> Upsert:
     """INSERT with ON CONFLICT support for the connection's dialect (SQLite >= 3.24, PG)."""
-    if conn.dialect.name == "postgresql":
+    return insert_for(conn.dialect.name, table)
+
+
+def insert_for(dialect: str, table: Table) -> Upsert:
+    """`upsert` by dialect name, for statements built once and reused."""
+    if dialect == "postgresql":
         return postgresql.insert(table)
     return sqlite.insert(table)
 

@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, desc, func, select
+from sqlalchemy import ColumnElement, Executable, and_, bindparam, case, desc, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.db import upsert
+from storage.db import insert_for
 from storage.records import SessionKey, UsagePoint, UsageRecord
 from storage.sessions import new_row
 from storage.tables import sessions, usage
 
+_INSERTED = (
+    "scope",
+    "key",
+    "model",
+    "created_at",
+    "updated_at",
+    "engine_state",
+    "last_prompt_tokens",
+    "last_completion_tokens",
+    "last_message_count",
+    "last_usage_estimated",
+    "last_usage_at",
+    "request_count",
+    "total_prompt_tokens",
+    "total_completion_tokens",
+)
 _LAST_FIELDS = (
     "last_prompt_tokens",
     "last_completion_tokens",
@@ -64,19 +81,25 @@ async def _upsert_counters(
     for record in group:  # the newest by `at`; on a tie the one handed in last
         if _at(record) >= _at(latest):
             latest = record
-    stmt = upsert(conn, sessions).values(
-        new_row(sk, latest.model, now)
-        | {
-            "last_prompt_tokens": latest.prompt_tokens,
-            "last_completion_tokens": latest.completion_tokens,
-            "last_message_count": latest.message_count,
-            "last_usage_estimated": latest.estimated,
-            "last_usage_at": _at(latest),
-            "request_count": len(group),
-            "total_prompt_tokens": sum(u.prompt_tokens for u in group),
-            "total_completion_tokens": sum(u.completion_tokens for u in group),
-        }
-    )
+    values = new_row(sk, latest.model, now) | {
+        "last_prompt_tokens": latest.prompt_tokens,
+        "last_completion_tokens": latest.completion_tokens,
+        "last_message_count": latest.message_count,
+        "last_usage_estimated": latest.estimated,
+        "last_usage_at": _at(latest),
+        "request_count": len(group),
+        "total_prompt_tokens": sum(u.prompt_tokens for u in group),
+        "total_completion_tokens": sum(u.completion_tokens for u in group),
+    }
+    result = await conn.execute(_counters_upsert(conn.dialect.name), values)
+    return int(result.scalar_one())
+
+
+@functools.cache
+def _counters_upsert(dialect: str) -> Executable:
+    """The counters' upsert, built once per dialect: building it (an `excluded` alias, a
+    CASE per field) costs far more than running it."""
+    stmt = insert_for(dialect, sessions).values({name: bindparam(name) for name in _INSERTED})
     new, old = stmt.excluded, sessions.c
     # Usage older than what is stored, or than the last compression, only adds to the
     # totals: the write-behind may land after a compression set the pending sentinel.
@@ -94,8 +117,8 @@ async def _upsert_counters(
         "total_prompt_tokens": old.total_prompt_tokens + new.total_prompt_tokens,
         "total_completion_tokens": old.total_completion_tokens + new.total_completion_tokens,
     }
-    stmt = stmt.on_conflict_do_update(index_elements=[old.scope, old.key], set_=set_)
-    return int((await conn.execute(stmt.returning(old.id))).scalar_one())
+    upsert = stmt.on_conflict_do_update(index_elements=[old.scope, old.key], set_=set_)
+    return upsert.returning(old.id)
 
 
 def _usage_row(session_id: int, u: UsageRecord) -> dict[str, Any]:

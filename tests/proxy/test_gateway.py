@@ -295,6 +295,23 @@ def test_mid_stream_failure_reaches_the_client_as_an_error(
     assert "interrupted" in str(caught.value) or "before the response" in str(caught.value)
 
 
+def test_client_leaving_mid_stream_ends_the_upstream_call(
+    sim: Simulator, proxy: ProxyServer
+) -> None:
+    sim.enqueue(Hang(seconds=30, after_chunks=2))
+    stream = client(proxy.base_url).chat.completions.create(
+        model="gpt-4o-mini", messages=MESSAGES, stream=True
+    )
+    first = next(iter(stream))
+    assert first.choices[0].delta.role == "assistant"
+    stream.close()
+    # The simulator sees its client (ctxgate) go away long before the 30 s stall ends.
+    sim.wait_for(1, predicate=lambda r: r.outcome == "client_gone", timeout=5)
+    # ...and the proxy goes on serving.
+    answer = client(proxy.base_url).chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)
+    assert answer.choices[0].message.content
+
+
 def test_streamed_error_status_before_first_byte(sim: Simulator, proxy: ProxyServer) -> None:
     sim.enqueue(
         Fail(

@@ -152,3 +152,34 @@ def test_an_empty_summary_on_overflow_falls_back_and_the_client_gets_its_answer(
     assert [e.outcome for e in events if e.trigger == "overflow"][0] == "fallback"
     # Every turn the client asked for was answered (no overflow error reached it).
     assert len(loop.responses) == len(loop.full_tokens)
+
+
+@pytest.mark.parametrize("summary_model", ["auto", "other-model"])
+def test_summary_calls_are_sized_with_the_models_calibrated_ratio(
+    db_path: str, summary_model: str
+) -> None:
+    """The provider counts 1.7 tokens per token of ours. When summaries go to the same model,
+    the ratio its real usage taught ctxgate sizes the summary input (before any summary call
+    measured it); another model's tokenizer is unknown, so the compressor keeps its margin."""
+    with Simulator(models={MODEL: ModelSpec(window=WINDOW, token_factor=1.7)}) as sim:
+        models = [{"match": "*", "upstream": "sim", "context_length": WINDOW}]
+        compression = {"summary": {"model": summary_model}}
+        settings = settings_for(sim.base_url, db_path, models=models, compression=compression)
+        with ProxyServer(settings) as proxy:
+            client = openai.OpenAI(base_url=proxy.base_url, api_key=CLIENT_KEY, max_retries=0)
+            loop = AgentLoop(client, MODEL, session_id="ratio", file_lines=20)
+            loop.script(sim)
+            for step in range(4):
+                loop.step(step)
+            # A session's first request has no real figure to build on: its whole view is
+            # estimated, and the provider's answer calibrates the estimate.
+            client.chat.completions.create(
+                model=MODEL, messages=loop.messages, extra_headers={"X-Session-Id": "fresh"}
+            )
+            conversations = proxy.services.conversations
+            fresh = [t for k, t in conversations.last_turns.items() if k.key == "fresh"]
+            ratio = conversations.summary_token_ratio(fresh[0])
+    if summary_model == "auto":
+        assert ratio is not None and 1.6 < ratio < 1.8
+    else:
+        assert ratio is None
