@@ -88,8 +88,11 @@ class StreamRelay:
 
     async def events(self) -> AsyncIterator[bytes]:
         buffer = b""
+        # The transport's own stream: `aiter_raw` would re-chunk and count every piece.
+        stream = self._response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
         try:
-            async for piece in self._response.aiter_raw():
+            async for piece in stream:
                 buffer += piece
                 events, buffer = _split(buffer)
                 out = b"".join(e for e in events if self._inspect(e))
