@@ -28,7 +28,7 @@ from proxy.identity import identify, scope_for
 from proxy.metrics import Metrics
 from proxy.overflow import classify_overflow
 from proxy.settings import Settings
-from proxy.streaming import EventStreamResponse, StreamRelay
+from proxy.streaming import EventStreamResponse, StreamRelay, error_status
 from proxy.turn import Turn
 
 log = logging.getLogger("ctxgate.gateway")
@@ -131,32 +131,48 @@ class Gateway:
             log.exception("session bookkeeping after a response failed")
         self.metrics.finished(turn, arrived, response.status_code)
 
-    async def _open_stream(self, turn: Turn, stack: AsyncExitStack) -> httpx.Response:
+    async def _open_stream(
+        self, turn: Turn, stack: AsyncExitStack
+    ) -> tuple[httpx.Response, StreamRelay]:
+        """The upstream's stream, opened and checked up to its first event.
+
+        Providers may put an overflow error in the stream after their 200; seen before
+        anything reached the client, it is recovered from like the same error as a status.
+        """
         headers = self._upstream_headers(turn)
         attempt = 0
         while True:
             body = turn.upstream_body()
             sent = time.perf_counter()
+            call = AsyncExitStack()
+            response: httpx.Response | None = None
             try:
-                response = await stack.enter_async_context(
+                response = await call.enter_async_context(
                     turn.upstream.open_stream(CHAT_PATH, body, headers)
                 )
+                self.metrics.upstream_done(turn, sent, response.status_code)
+                relay = StreamRelay(response, hide_usage=not turn.request.client_wants_usage)
+                _raise_overflow_event(await relay.first_event(), response)
             except UpstreamStatus as error:
-                self.metrics.upstream_done(turn, sent, error.status_code)
+                await call.aclose()
+                if response is None:  # a status, not an event in the stream
+                    self.metrics.upstream_done(turn, sent, error.status_code)
                 await self._recover_or_raise(turn, error, attempt, len(body))
                 attempt += 1
                 continue
-            self.metrics.upstream_done(turn, sent, response.status_code)
-            return response
+            except BaseException:
+                await call.aclose()
+                raise
+            stack.push_async_exit(call)
+            return response, relay
 
     async def _stream(self, turn: Turn, arrived: float) -> Response:
         stack = AsyncExitStack()
         try:
-            response = await self._open_stream(turn, stack)
+            response, relay = await self._open_stream(turn, stack)
         except BaseException:
             await stack.aclose()
             raise
-        relay = StreamRelay(response, hide_usage=not turn.request.client_wants_usage)
         out_headers = client_response_headers(response.headers.items())
         out_headers.pop("content-type", None)
         out_headers.update(_SSE_HEADERS)
@@ -181,6 +197,14 @@ class Gateway:
                 if completed and relay.failed is None:
                     self.conversations.after_response(turn, relay.usage)
                 self.metrics.finished(turn, arrived, 200 if relay.failed is None else 502)
+
+
+def _raise_overflow_event(data: bytes | None, response: httpx.Response) -> None:
+    """Raise the stream's first event as an `UpstreamStatus` when it reports an overflow."""
+    status = error_status(data) if data else None
+    if status is None or data is None or classify_overflow(status, data) is None:
+        return
+    raise UpstreamStatus(status, data, client_response_headers(response.headers.items()))
 
 
 def _usage_of(raw: bytes) -> dict[str, Any] | None:

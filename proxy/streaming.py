@@ -29,6 +29,30 @@ def error_event(message: str, type_: str = "upstream_error", code: str | None = 
     return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 
 
+def error_status(data: bytes) -> int | None:
+    """The HTTP status an event's data stands for when it is an error object, else None.
+
+    After their 200, providers report failures in the stream: `{"error": {...}}` (OpenAI,
+    vLLM, llama.cpp), `{"type": "error", ...}` (Anthropic, OpenAI Responses) or vLLM's older
+    `{"object": "error", ...}`; the status is the error's own code when it carries one.
+    """
+    if not data.lstrip().startswith(b"{") or b"error" not in data:
+        return None
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    if "error" not in parsed and "error" not in (parsed.get("type"), parsed.get("object")):
+        return None
+    inner = parsed.get("error")
+    code = inner.get("code") if isinstance(inner, dict) else parsed.get("code")
+    if isinstance(code, int) and 400 <= code < 600:
+        return code
+    return 400
+
+
 def _split(buffer: bytes) -> tuple[list[bytes], bytes]:
     events: list[bytes] = []
     while True:
@@ -49,15 +73,35 @@ def _data(event: bytes) -> bytes:
 
 
 class StreamRelay:
-    """Iterate `relay.events()` to get the bytes for the client; read results afterwards."""
+    """Iterate `relay.events()` to get the bytes for the client; read results afterwards.
+
+    `first_event()` may read ahead before that, so that an error the upstream sends in place
+    of the stream is seen while the client can still get a retried stream instead.
+    """
 
     def __init__(self, response: httpx.Response, *, hide_usage: bool) -> None:
-        self._response = response
+        # The transport's own stream: `aiter_raw` would re-chunk and count every piece.
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
+        self._pieces = stream.__aiter__()
+        self._buffer = b""  # read ahead, not yet relayed
         self._hide_usage = hide_usage
         self.usage: dict[str, Any] | None = None
         self.finished = False
         self.failed: str | None = None
         self.content_chunks = 0
+
+    async def first_event(self) -> bytes | None:
+        """The data of the stream's first event (b"" for a comment), read ahead and kept for
+        `events()`; None when the stream ended, or broke, before one was complete."""
+        while True:
+            events, _ = _split(self._buffer)
+            if events:
+                return _data(events[0])
+            try:
+                self._buffer += await self._pieces.__anext__()
+            except (StopAsyncIteration, httpx.HTTPError):
+                return None  # `events()` meets the same end and reports it
 
     def _inspect(self, event: bytes) -> bool:
         """Note what the event says; False when it must not reach the client."""
@@ -87,17 +131,16 @@ class StreamRelay:
         return True
 
     async def events(self) -> AsyncIterator[bytes]:
-        buffer = b""
-        # The transport's own stream: `aiter_raw` would re-chunk and count every piece.
-        stream = self._response.stream
-        assert isinstance(stream, httpx.AsyncByteStream)
+        buffer, self._buffer = self._buffer, b""
         try:
-            async for piece in stream:
-                buffer += piece
+            while True:
                 events, buffer = _split(buffer)
                 out = b"".join(e for e in events if self._inspect(e))
                 if out:
                     yield out
+                buffer += await self._pieces.__anext__()
+        except StopAsyncIteration:
+            pass
         except httpx.HTTPError as exc:
             self.failed = f"upstream stream broke: {type(exc).__name__}"
             yield error_event(f"The upstream stream was interrupted ({type(exc).__name__}).")

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tests.servers import ProxyServer, settings_for
-from tests.simulator import Disconnect, Fail, Hang, Reply, Simulator
+from tests.simulator import Disconnect, Fail, Hang, Reply, Simulator, StreamError
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
@@ -310,6 +310,20 @@ def test_client_leaving_mid_stream_ends_the_upstream_call(
     # ...and the proxy goes on serving.
     answer = client(proxy.base_url).chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)
     assert answer.choices[0].message.content
+
+
+def test_an_error_event_in_place_of_the_stream_reaches_the_client(
+    sim: Simulator, proxy: ProxyServer
+) -> None:
+    """Not an overflow: nothing to recover, so the event is relayed as the provider sent it."""
+    sim.enqueue(StreamError(after_chunks=0))
+    stream = client(proxy.base_url).chat.completions.create(
+        model="gpt-4o-mini", messages=MESSAGES, stream=True
+    )
+    with pytest.raises(openai.APIError) as caught:
+        list(stream)
+    assert "server" in str(caught.value).lower() or "error" in str(caught.value).lower()
+    assert len(sim.chat_requests) == 1
 
 
 def test_streamed_error_status_before_first_byte(sim: Simulator, proxy: ProxyServer) -> None:

@@ -177,6 +177,43 @@ def test_overflow_errors_of_each_dialect_are_recovered(db_path: str, dialect: st
     assert len(loop.responses) == len(loop.full_tokens)  # every request got an answer
 
 
+@pytest.mark.parametrize("dialect", ["openai", "vllm", "llamacpp", "anthropic"])
+def test_overflow_errors_sent_inside_a_stream_are_recovered(db_path: str, dialect: str) -> None:
+    """The provider answers 200 and puts its overflow error in the stream: ctxgate reads the
+    first event before answering, so it still compresses and retries; the client sees none."""
+    spec = ModelSpec(window=WINDOW, dialect=dialect, stream_errors="event")
+    with Simulator(models={MODEL: spec}, validate_messages=True) as sim:
+        with ProxyServer(small_model_settings(sim, db_path, context_length=4 * WINDOW)) as proxy:
+            loop = AgentLoop(client_for(proxy), MODEL, session_id=f"in-band-{dialect}", stream=True)
+            loop.script(sim)
+            grow(loop, 4 * WINDOW)
+        ordinary = [r for r in sim.chat_requests if not r.is_summary]
+        overflows = [r for r in ordinary if r.outcome == "overflow"]
+        assert overflows, "the provider never refused: the test did not exercise recovery"
+        assert all(r.status == 200 for r in overflows)  # in the stream, not as a status
+        assert ordinary[-1].outcome != "overflow"
+        for received in ordinary:
+            check_invariants(received.body["messages"])
+    # Every request was answered by a complete stream (a relayed error would have raised).
+    assert len(loop.compressed_headers) == len(loop.full_tokens)
+    assert "true" in loop.compressed_headers
+
+
+def test_an_unrecoverable_overflow_inside_a_stream_becomes_an_error_status(db_path: str) -> None:
+    spec = ModelSpec(window=WINDOW, stream_errors="event")
+    with Simulator(models={MODEL: spec}) as sim:
+        with ProxyServer(small_model_settings(sim, db_path, context_length=4 * WINDOW)) as proxy:
+            with pytest.raises(openai.BadRequestError) as caught:
+                stream = client_for(proxy).chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "word " * 12000}],
+                    stream=True,
+                )
+                list(stream)
+    assert caught.value.code == "context_length_exceeded"
+    assert "ctxgate" in str(caught.value)
+
+
 def test_prompt_plus_max_tokens_is_fixed_by_lowering_max_tokens(db_path: str) -> None:
     with Simulator(models={MODEL: ModelSpec(window=WINDOW, dialect="vllm")}) as sim:
         with ProxyServer(small_model_settings(sim, db_path, context_length=4 * WINDOW)) as proxy:

@@ -34,6 +34,9 @@ class ModelSpec:
     count_max_tokens  add max_tokens to the prompt for the window check (None: dialect default)
     default_max_tokens  completion budget assumed when the request has no max_tokens
     usage             include ``usage`` in non-stream replies
+    stream_errors     "status": a streaming request that overflows gets the error status like
+                      any other; "event": HTTP 200, then the error body as the stream's one
+                      event (how OpenRouter, Anthropic and the Responses API report it)
     """
 
     window: int
@@ -44,8 +47,11 @@ class ModelSpec:
     count_max_tokens: bool | None = None
     default_max_tokens: int = 0
     usage: bool = True
+    stream_errors: str = "status"
 
     def __post_init__(self) -> None:
+        if self.stream_errors not in ("status", "event"):
+            raise ValueError("stream_errors must be 'status' or 'event'")
         if self.dialect not in DIALECTS:
             raise ValueError(
                 f"unknown dialect {self.dialect!r}; choose one of {', '.join(DIALECTS)}"

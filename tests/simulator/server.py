@@ -413,6 +413,9 @@ class Simulator:
         body: dict[str, Any] = rec.body
         spec = self.spec_for(body.get("model"))
         overflow = overflow_error(spec, rec.prompt_tokens or 0, body, len(rec.raw))
+        if overflow is not None and body.get("stream") is True and spec.stream_errors == "event":
+            await self._send_error_event(send, rec, overflow)
+            return
         if overflow is not None:
             await self._send_fail(send, rec, overflow, outcome="overflow")
             return
@@ -725,6 +728,17 @@ class Simulator:
             return
         data = [entry(name, spec) for name, spec in self.models.items()]
         await self._send_json(send, rec, 200, {"object": "list", "data": data}, outcome="reply")
+
+    @staticmethod
+    async def _send_error_event(send: Any, rec: Received, fail: Fail) -> None:
+        """A 200 stream whose one event is the error (no [DONE]), as providers that report
+        errors after the status line do."""
+        payload, _ = fail.encoded()
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        rec.status, rec.outcome = 200, "overflow"
+        event = b"data: " + payload + b"\n\n"
+        await send({"type": "http.response.body", "body": event, "more_body": False})
 
     async def _send_fail(self, send: Any, rec: Received, fail: Fail, outcome: str) -> None:
         payload, content_type = fail.encoded()
