@@ -14,7 +14,6 @@ so tool results would never reach the model nor count towards its context.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import importlib.util
 import os
@@ -29,13 +28,12 @@ from typing import Any
 
 import httpx
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.servers import free_port
+from tests.servers import ThreadedServer, free_port
 
 MODEL_ALIAS = "smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -263,11 +261,7 @@ class RecordingRelay:
             routes=[Route("/v1/{path:path}", self._relay, methods=["GET", "POST"])],
             lifespan=self._lifespan,
         )
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
-        )
-        self.server = uvicorn.Server(config)
-        self._thread: threading.Thread | None = None
+        self._server = ThreadedServer(app, port=self.port, name="llama-relay")
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -321,21 +315,11 @@ class RecordingRelay:
         return Response(answer.content, status_code=answer.status_code, media_type=media)
 
     def start(self) -> RecordingRelay:
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self.server.serve()), daemon=True, name="llama-relay"
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the recording relay did not start")
-            time.sleep(0.01)
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=15)
+        self._server.stop()
 
     def __enter__(self) -> RecordingRelay:
         return self.start()

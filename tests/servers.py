@@ -6,7 +6,7 @@ import asyncio
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 
@@ -21,23 +21,18 @@ def free_port() -> int:
         return port
 
 
-class ProxyServer:
-    """`with ProxyServer(settings) as proxy: proxy.base_url` — a real uvicorn on 127.0.0.1."""
+class ThreadedServer:
+    """A real uvicorn serving `app` on 127.0.0.1 from a background thread; `with` runs it."""
 
-    def __init__(self, settings: Settings, *, port: int | None = None, **app_kwargs: Any) -> None:
-        self.settings = settings
+    def __init__(
+        self, app: Any, *, port: int | None = None, name: str = "uvicorn", **config: Any
+    ) -> None:
         self.port = port or free_port()
-        self.app = create_app(settings, **app_kwargs)
-        config = uvicorn.Config(
-            self.app,
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=2,
+        self.name = name
+        settings = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, **config
         )
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(settings)
         self._thread: threading.Thread | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -46,27 +41,19 @@ class ProxyServer:
         await self.server.serve()
 
     def run(self, coro: Any, timeout: float = 30) -> Any:
-        """Run a coroutine on the server's event loop (its database connections live there)."""
+        """Run a coroutine on the server's event loop (its connections live there)."""
         assert self.loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def services(self) -> Any:
-        return self.app.state.services
-
-    def start(self) -> ProxyServer:
+    def start(self) -> Self:
         self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._main()), daemon=True, name=f"ctxgate-{self.port}"
+            target=lambda: asyncio.run(self._main()), daemon=True, name=f"{self.name}-{self.port}"
         )
         self._thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("ctxgate did not start")
+                raise RuntimeError(f"{self.name} did not start")
             time.sleep(0.01)
         return self
 
@@ -75,11 +62,30 @@ class ProxyServer:
         if self._thread is not None:
             self._thread.join(timeout=15)
 
-    def __enter__(self) -> ProxyServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ProxyServer(ThreadedServer):
+    """`with ProxyServer(settings) as proxy: proxy.base_url` — ctxgate on a loopback port."""
+
+    def __init__(self, settings: Settings, *, port: int | None = None, **app_kwargs: Any) -> None:
+        self.settings = settings
+        self.app = create_app(settings, **app_kwargs)
+        super().__init__(
+            self.app, port=port, name="ctxgate", lifespan="on", timeout_graceful_shutdown=2
+        )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def services(self) -> Any:
+        return self.app.state.services
 
 
 def settings_for(
