@@ -91,17 +91,28 @@ class StreamRelay:
         self.failed: str | None = None
         self.content_chunks = 0
 
-    async def first_event(self) -> bytes | None:
-        """The data of the stream's first event (b"" for a comment), read ahead and kept for
-        `events()`; None when the stream ended, or broke, before one was complete."""
+    async def first_event(self, comments_s: float = 1.0) -> bytes | None:
+        """The data of the stream's first data event, read ahead and kept for `events()`.
+
+        Comment events before it are read past for up to `comments_s` seconds (OpenRouter
+        opens with ": OPENROUTER PROCESSING" and may report the error after it); a stream
+        that keeps commenting past that gives b"" and is relayed as it is, comments and all.
+        None when the stream ended, or broke, before an event was complete.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + comments_s
         while True:
             events, _ = _split(self._buffer)
-            if events:
-                return _data(events[0])
+            for event in events:
+                data = _data(event)
+                if data:
+                    return data
+            if events and loop.time() >= deadline:
+                return b""
             try:
                 self._buffer += await self._pieces.__anext__()
             except (StopAsyncIteration, httpx.HTTPError):
-                return None  # `events()` meets the same end and reports it
+                return b"" if events else None  # `events()` meets the same end and reports it
 
     def _inspect(self, event: bytes) -> bool:
         """Note what the event says; False when it must not reach the client."""

@@ -1,0 +1,86 @@
+"""Reading ahead to a stream's first event, on real httpx responses with scripted bodies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from proxy.streaming import StreamRelay, error_status
+
+OVERFLOW = (
+    b'{"error":{"message":"This endpoint\'s maximum context length is 8192 tokens. However, '
+    b'you requested about 9000 tokens.","code":400}}'
+)
+CHUNK = b'{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}'
+
+
+class Pieces(httpx.AsyncByteStream):
+    """A response body arriving as `pieces`, `pause_s` apart."""
+
+    def __init__(self, pieces: list[bytes], pause_s: float = 0.0) -> None:
+        self.pieces = pieces
+        self.pause_s = pause_s
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            await asyncio.sleep(self.pause_s)
+            yield piece
+
+
+def relay_of(pieces: list[bytes], pause_s: float = 0.0) -> StreamRelay:
+    response = httpx.Response(200, stream=Pieces(pieces, pause_s))
+    return StreamRelay(response, hide_usage=False)
+
+
+async def relayed(relay: StreamRelay) -> bytes:
+    return b"".join([chunk async for chunk in relay.events()])
+
+
+async def test_the_first_data_event_is_read_past_opening_comments() -> None:
+    body = [b": OPENROUTER PROCESSING\n\n", b"data: " + OVERFLOW + b"\n\n"]
+    relay = relay_of(body)
+    assert await relay.first_event() == OVERFLOW
+    assert error_status(OVERFLOW) == 400
+
+
+async def test_comments_past_the_budget_commit_the_stream_and_nothing_is_lost() -> None:
+    body = [b": keep-alive\n\n", b": keep-alive\n\n", b"data: " + CHUNK + b"\n\n"]
+    body.append(b"data: [DONE]\n\n")
+    relay = relay_of(body, pause_s=0.05)
+    assert await relay.first_event(comments_s=0.02) == b""
+    assert await relayed(relay) == b"".join(body)
+    assert relay.failed is None
+
+
+async def test_an_event_split_across_pieces_is_reassembled_and_relayed_once() -> None:
+    event = b"data: " + CHUNK + b"\n\n"
+    body = [event[:10], event[10:], b"data: [DONE]\n\n"]
+    relay = relay_of(body)
+    assert await relay.first_event() == CHUNK
+    assert await relayed(relay) == event + b"data: [DONE]\n\n"
+
+
+async def test_an_empty_stream_has_no_first_event() -> None:
+    relay = relay_of([])
+    assert await relay.first_event() is None
+    assert b"error" in await relayed(relay)
+    assert relay.failed is not None
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (OVERFLOW, 400),
+        (b'{"type":"error","error":{"type":"invalid_request_error","message":"too long"}}', 400),
+        (b'{"object":"error","message":"too long","code":400}', 400),
+        (b'{"error":{"message":"overloaded","code":503}}', 503),
+        (CHUNK, None),
+        (b'{"choices":[{"delta":{"content":"an error was found"}}]}', None),
+        (b"[DONE]", None),
+    ],
+)
+def test_error_status_of_event_data(data: bytes, status: int | None) -> None:
+    assert error_status(data) == status
