@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from compression.content import clip_middle, content_text
 from compression.handoff import handoff_text, parse_handoff, without_restatement
+from compression.observations import is_observation
 from compression.options import CompressorOptions
 from compression.toolpairs import ToolPairing, call_parts, tool_calls_of
 from compression.types import Message
@@ -65,7 +66,10 @@ def _record(
     if role == "tool":
         name = _tool_name(original, index, pairing, message)
         return Record(f"[#{index} TOOL RESULT {name}]\n{text}", index)
-    lines = [f"[#{index} {role.upper()}]"]
+    # Text-action agents get their command output back as a user message: labelled USER, the
+    # summary model would file a test log under what the user asked for.
+    label = "TOOL OUTPUT" if role == "user" and is_observation(original, index) else role.upper()
+    lines = [f"[#{index} {label}]"]
     if text:
         lines.append(text)
     for call in tool_calls_of(message):

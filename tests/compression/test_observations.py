@@ -6,6 +6,9 @@ import pytest
 
 from compression.handoff import Handoff, render_handoff
 from compression.observations import is_observation, observation_indices, prose_share
+from compression.options import CompressorOptions
+from compression.summary_input import render_records
+from compression.toolpairs import pair_tool_calls
 from compression.types import Message
 from tests.compression.builders import (
     CORPUS,
@@ -113,3 +116,19 @@ def test_an_action_a_summary_was_merged_into_still_counts() -> None:
     assert is_observation(messages, 2)
     plain = [system(), {"role": "assistant", "content": render_handoff(Handoff("x"))}, user("ok")]
     assert not is_observation(plain, 2)
+
+
+def test_the_summary_model_reads_observations_as_tool_output_not_as_the_user() -> None:
+    listing = "\n".join(f"{n}:    value_{n} = compute({n})" for n in range(1, 30))
+    messages = [*after_action(listing + SWE_AGENT_TRAILER), reply("Done."), user("Thanks.")]
+    records = render_records(
+        messages, messages, 1, len(messages), pair_tool_calls(messages), CompressorOptions()
+    )
+    labels = [record.text.splitlines()[0] for record in records]
+    assert labels == [
+        "[#1 USER]",
+        "[#2 ASSISTANT]",
+        "[#3 TOOL OUTPUT]",
+        "[#4 ASSISTANT]",
+        "[#5 USER]",
+    ]
