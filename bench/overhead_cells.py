@@ -1,0 +1,98 @@
+"""One benchmark cell (size x stream x clients) and how its samples are taken."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from bench.overhead_requests import request_headers, timed_request
+from bench.overhead_services import Service, machine_cpu_s, own_cpu_s, wait_for_quiet
+
+QUIET_CORES = 0.15  # other processes' CPU use (in cores) under which a cell may start
+
+
+@dataclass(frozen=True)
+class Cell:
+    size: str
+    stream: bool
+    clients: int
+    rounds: int
+    warmup: int
+
+    @property
+    def name(self) -> str:
+        mode = "stream" if self.stream else "nonstream"
+        who = "seq" if self.clients == 1 else f"c{self.clients}"
+        return f"{self.size}-{mode}-{who}"
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    samples: dict[str, list[float]]  # target -> seconds (NaN = failed), index round*clients+client
+    errors: dict[str, list[str]]
+    cpu_s: dict[str, float]  # CPU each server process spent during the cell
+    foreign_cores: float  # CPUs' worth used by processes outside this benchmark, during it
+    foreign_before: float  # the same, in the second before the cell started
+    load: tuple[float, float]  # 1-minute load average before and after
+    wall_s: float
+
+
+async def _round(
+    client: httpx.AsyncClient,
+    cell: Cell,
+    urls: dict[str, str],
+    order: Sequence[str],
+    body: bytes,
+    session: str,
+) -> dict[str, list[float | str]]:
+    """One round: every target in `order` gets `cell.clients` simultaneous requests."""
+    out: dict[str, list[float | str]] = {}
+    for target in order:
+        calls = [
+            timed_request(
+                client, urls[target], body, request_headers(f"{session}-{i}"), cell.stream
+            )
+            for i in range(cell.clients)
+        ]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        out[target] = [r if isinstance(r, float) else f"{type(r).__name__}: {r}" for r in results]
+    return out
+
+
+async def run_cell(
+    client: httpx.AsyncClient,
+    cell: Cell,
+    services: dict[str, Service],
+    body: bytes,
+    quiet_wait_s: float,
+) -> CellResult:
+    urls = {name: svc.chat_url for name, svc in services.items()}
+    targets = ["direct", *[n for n in urls if n != "direct"]]
+    samples: dict[str, list[float]] = {t: [] for t in targets}
+    errors: dict[str, list[str]] = {t: [] for t in targets}
+    session = f"bench-{cell.name}"
+    for _ in range(cell.warmup):
+        await _round(client, cell, urls, targets, body, session)
+    quiet = wait_for_quiet(list(services.values()), quiet_wait_s, QUIET_CORES)
+    listed = list(services.values())
+    cpu0 = {n: svc.cpu_seconds() for n, svc in services.items()}
+    machine0, own0 = machine_cpu_s(), own_cpu_s(listed)
+    load0, wall0 = os.getloadavg()[0], time.perf_counter()
+    for r in range(cell.rounds):
+        shift = r % len(targets)  # rotate who goes first: no target always follows another
+        order = targets[shift:] + targets[:shift]
+        for target, got in (await _round(client, cell, urls, order, body, session)).items():
+            samples[target].extend(v if isinstance(v, float) else math.nan for v in got)
+            errors[target].extend(v for v in got if isinstance(v, str))
+    wall = time.perf_counter() - wall0
+    cpu = {n: svc.cpu_seconds() - cpu0[n] for n, svc in services.items()}
+    foreign = (machine_cpu_s() - machine0) - (own_cpu_s(listed) - own0)
+    load = (load0, os.getloadavg()[0])
+    return CellResult(cell, samples, errors, cpu, max(0.0, foreign) / wall, quiet, load, wall)

