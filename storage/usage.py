@@ -14,22 +14,6 @@ from storage.records import SessionKey, UsagePoint, UsageRecord
 from storage.sessions import new_row
 from storage.tables import sessions, usage
 
-_INSERTED = (
-    "scope",
-    "key",
-    "model",
-    "created_at",
-    "updated_at",
-    "engine_state",
-    "last_prompt_tokens",
-    "last_completion_tokens",
-    "last_message_count",
-    "last_usage_estimated",
-    "last_usage_at",
-    "request_count",
-    "total_prompt_tokens",
-    "total_completion_tokens",
-)
 _LAST_FIELDS = (
     "last_prompt_tokens",
     "last_completion_tokens",
@@ -37,6 +21,8 @@ _LAST_FIELDS = (
     "last_usage_estimated",
     "last_usage_at",
 )
+_TOTALS = ("request_count", "total_prompt_tokens", "total_completion_tokens")
+_INSERTED = (*new_row(SessionKey("", ""), "", 0.0), *_LAST_FIELDS, *_TOTALS)
 
 
 async def apply(conn: AsyncConnection, records: Sequence[UsageRecord], now: float) -> None:
