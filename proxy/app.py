@@ -197,8 +197,7 @@ class CtxgateApp(FastAPI):
         except ClientDisconnect:
             return  # gone before its request was complete: nobody to answer
         except ProxyError as exc:
-            services.metrics.error(exc.status_code)
-            response = error_response(exc)
+            response = await on_proxy_error(Request(scope, receive, send), exc)
         except Exception as exc:
             response = await on_unexpected(Request(scope, receive, send), exc)
         await response(scope, receive, send)

@@ -201,8 +201,10 @@ class Gateway:
 
 def _raise_overflow_event(data: bytes | None, response: httpx.Response) -> None:
     """Raise the stream's first event as an `UpstreamStatus` when it reports an overflow."""
-    status = error_status(data) if data else None
-    if status is None or data is None or classify_overflow(status, data) is None:
+    if not data:
+        return
+    status = error_status(data)
+    if status is None or classify_overflow(status, data) is None:
         return
     raise UpstreamStatus(status, data, client_response_headers(response.headers.items()))
 
