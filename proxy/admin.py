@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from compression.state import EngineState
-from compression.thresholds import limits_for
+from proxy.compaction import applied_json
 from proxy.dashboard import router as dashboard_router
 from proxy.errors import BadRequest, NotFound
 from storage import (
@@ -112,9 +112,9 @@ def limits_json(services: Services, model: str) -> dict[str, Any] | None:
     rule = services.settings.rule_for(model)
     if rule is None:
         return None
-    learned = services.conversations.windows.get(model)
-    context_length = min(rule.context_length, learned or rule.context_length)
-    limits = limits_for(services.conversations.options, context_length, rule.max_output_tokens)
+    learned = services.models.windows.get(model)
+    context_length = services.models.context_length(rule, model)
+    limits = services.models.limits(context_length, rule.max_output_tokens)
     return {
         "configured_context_length": rule.context_length,
         "learned_context_length": learned,
@@ -201,29 +201,15 @@ async def compress_session(
     services = _services(request)
     sk = SessionKey(scope, key)
     await require_session(services, sk)
-    done = await services.conversations.compress_now(sk, body.focus if body else None)
-    if done is None:
+    applied = await services.conversations.compress_now(sk, body.focus if body else None)
+    if applied is None:
         raise NotFound(
             f"Session '{key}' exists, but this ctxgate process holds no recent request of it to "
             "compress (it was served by another replica, or before a restart); it will be "
             "compressed on its next request when it needs to be.",
             code="session_not_held",
         )
-    turn, attempt = done
-    note = turn.notes[-1] if turn.notes else None
-    return json_response(
-        {
-            "scope": scope,
-            "key": turn.key.key,
-            "compressed": attempt.changed,
-            "outcome": attempt.outcome,
-            "error": attempt.error,
-            "tokens_before": note.tokens_before if note else None,
-            "tokens_after": note.tokens_after if note else None,
-            "checkpoint_id": note.checkpoint_id if note else None,
-            "messages_after": len(turn.view),
-        }
-    )
+    return json_response({"scope": scope, "key": applied.turn.key.key, **applied_json(applied)})
 
 
 @api.get("/sessions/{scope}/{key:path}", summary="A session with its events and usage")
@@ -241,7 +227,7 @@ async def delete_session(scope: str, key: str, request: Request) -> Response:
     services = _services(request)
     sk = SessionKey(scope, key)
     # First: a running background job or the remembered last view could bring it back.
-    services.conversations.forget(sk)
+    services.sessions.forget(sk)
     if not await services.store.delete_session(sk):
         raise unknown(sk)
     return json_response({"scope": scope, "key": key, "deleted": True})

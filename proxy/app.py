@@ -19,7 +19,6 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from compression.engine import ContextEngine
-from compression.options import CompressorOptions
 from proxy.admin import router as admin_router
 from proxy.auth import Authenticator
 from proxy.compaction import Compactor
@@ -29,7 +28,9 @@ from proxy.errors import BadRequest, ProxyError, error_response
 from proxy.frontdoor import FrontDoor
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
+from proxy.models import Models
 from proxy.routes import header_dict, read_body, router
+from proxy.sessions import Sessions
 from proxy.settings import Settings
 from proxy.upstream import Upstream, new_http_transport
 from storage import SessionLocks, SessionStore
@@ -38,31 +39,15 @@ log = logging.getLogger("ctxgate")
 
 
 def engine_options(settings: Settings) -> dict[str, Any]:
-    """The built-in engine's options: the top-level thresholds plus `compression.options`."""
+    """The built-in engine's options: the top-level thresholds plus `compression.options`
+    (settings refuses the top-level keys there, so each has one home)."""
     c = settings.compression
-    options: dict[str, Any] = {
+    thresholds = {
         "threshold": c.threshold,
         "hygiene_threshold": c.hygiene_threshold,
         "hygiene_max_messages": c.hygiene_max_messages,
     }
-    if c.summary.context_length:
-        options["summary_model_context_length"] = c.summary.context_length
-    return {**options, **c.options}
-
-
-def trigger_options(settings: Settings) -> CompressorOptions:
-    """Threshold figures the proxy's triggers use, whichever engine is configured."""
-    options = engine_options(settings)
-    if settings.compression.engine not in ("compressor",):
-        keep = {
-            "threshold",
-            "hygiene_threshold",
-            "hygiene_max_messages",
-            "min_threshold_tokens",
-            "threshold_tokens",
-        }
-        options = {k: v for k, v in options.items() if k in keep}
-    return CompressorOptions.from_mapping(options)
+    return {**thresholds, **c.options}
 
 
 def build_engine(settings: Settings) -> ContextEngine:
@@ -83,6 +68,8 @@ class Services:
     store: SessionStore
     gateway: Gateway
     conversations: Conversations
+    models: Models
+    sessions: Sessions
     upstreams: dict[str, Upstream]
     auth: Authenticator
     metrics: Metrics
@@ -124,10 +111,9 @@ async def start_services(
         clock=clock,
         observe=metrics.compression,
     )
-    windows = await store.get_model_windows()
-    conversations = Conversations(
-        settings, store, compactor, upstreams, trigger_options(settings), windows, clock
-    )
+    models = Models(settings, store, engine, await store.get_model_windows())
+    sessions = Sessions(store, clock)
+    conversations = Conversations(settings, store, compactor, upstreams, models, sessions, clock)
     auth = Authenticator(settings.auth)
     gateway = Gateway(settings, conversations, auth, metrics)
     return Services(
@@ -136,6 +122,8 @@ async def start_services(
         store,
         gateway,
         conversations,
+        models,
+        sessions,
         upstreams,
         auth,
         metrics,
@@ -148,7 +136,7 @@ async def on_proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
     services = getattr(request.app.state, "services", None)
     if services is not None:
-        services.metrics.error(exc.status_code)
+        services.metrics.finished(exc.status_code)
     door = BY_PATH.get(request.url.path)
     return error_response(exc, envelope=door.error_body if door is not None else None)
 

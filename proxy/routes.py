@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
+from proxy.compaction import applied_json
 from proxy.doors import BY_PATH
 from proxy.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.headers import upstream_request_headers
@@ -133,24 +134,11 @@ async def compress_session(session_id: str, request: Request) -> Response:
         if focus is not None and not isinstance(focus, str):
             raise BadRequest("'focus' must be a string.", param="focus")
     key = SessionKey(scope_for(credential), session_id)
-    done = await services.conversations.compress_now(key, focus)
-    if done is None:
+    applied = await services.conversations.compress_now(key, focus)
+    if applied is None:
         raise NotFound(
             f"No recent request of session '{session_id}' is held by this ctxgate process; "
             "send a request first.",
             code="session_not_found",
         )
-    turn, attempt = done
-    note = turn.notes[-1] if turn.notes else None
-    return JSONResponse(
-        {
-            "session_id": turn.key.key,
-            "compressed": attempt.changed,
-            "outcome": attempt.outcome,
-            "error": attempt.error,
-            "tokens_before": note.tokens_before if note else None,
-            "tokens_after": note.tokens_after if note else None,
-            "checkpoint_id": note.checkpoint_id if note else None,
-            "messages_after": len(turn.view),
-        }
-    )
+    return JSONResponse({"session_id": applied.turn.key.key, **applied_json(applied)})

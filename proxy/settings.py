@@ -393,7 +393,25 @@ def _compression(r: _Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compr
         options=dict(r.get("options", dict, {})),
     )
     r.done()
+    if out.engine == "compressor":
+        for key in out.options:
+            if key in _HOMES:
+                raise SettingsError(
+                    f"compression.options.{key}: this setting lives at {_HOMES[key]}; "
+                    "set it there instead"
+                )
     return out
+
+
+# Built-in engine options that have their home elsewhere in the config.
+_HOMES = {
+    "threshold": "compression.threshold",
+    "hygiene_threshold": "compression.hygiene_threshold",
+    "hygiene_max_messages": "compression.hygiene_max_messages",
+    "summary_model": "compression.summary.model",
+    "summary_timeout": "compression.summary.timeout_s",
+    "summary_model_context_length": "compression.summary.context_length",
+}
 
 
 def _auth(r: _Reader) -> AuthSettings:
