@@ -28,7 +28,7 @@ from starlette.responses import Response
 from compression.state import EngineState
 from proxy.compaction import applied_json
 from proxy.dashboard import router as dashboard_router
-from proxy.errors import BadRequest, NotFound
+from proxy.errors import NotFound, invalid_request
 from storage import (
     PROMPT_TOKENS_PENDING,
     SessionDetail,
@@ -50,18 +50,6 @@ def _services(request: Request) -> Services:
     return services
 
 
-def bad_request(exc: RequestValidationError) -> BadRequest:
-    """FastAPI's validation error as a BadRequest naming the parameter (no internals)."""
-    errors = exc.errors()
-    first = errors[0] if errors else {}
-    loc = [str(part) for part in first.get("loc", ())]
-    if first.get("type") == "json_invalid":
-        return BadRequest("The request body is not valid JSON.")
-    where, name = (loc[0], ".".join(loc[1:])) if len(loc) > 1 else ("request", "")
-    message = f"{first.get('msg', 'Invalid value')} ({where} parameter '{name}')."
-    return BadRequest(message, param=name or None)
-
-
 class AdminRoute(APIRoute):
     """Checks the admin key before anything else (even body parsing) and reports invalid
     parameters as BadRequest, so every admin answer is the OpenAI error envelope."""
@@ -74,7 +62,7 @@ class AdminRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                raise bad_request(exc) from None
+                raise invalid_request(exc) from None
 
         return admin_handler
 

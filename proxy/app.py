@@ -24,7 +24,7 @@ from proxy.auth import Authenticator
 from proxy.compaction import Compactor
 from proxy.conversations import Conversations
 from proxy.doors import BY_PATH
-from proxy.errors import BadRequest, ProxyError, error_response
+from proxy.errors import ProxyError, error_response, invalid_request
 from proxy.frontdoor import FrontDoor
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
@@ -143,10 +143,7 @@ async def on_proxy_error(request: Request, exc: Exception) -> Response:
 
 async def on_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    first = exc.errors()[0] if exc.errors() else {}
-    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
-    message = str(first.get("msg", "invalid request"))
-    return error_response(BadRequest(f"Invalid {where or 'request'}: {message}", param=where))
+    return error_response(invalid_request(exc))
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:
