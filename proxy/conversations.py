@@ -40,6 +40,7 @@ from proxy.policy import (
     Refused,
     Rules,
     decide,
+    probed_window,
 )
 from proxy.pressure import estimate_view, measure, surely_small
 from proxy.sessions import Sessions
@@ -175,9 +176,13 @@ class Conversations:
         self, turn: Turn, overflow: Overflow, attempts: int, body_bytes: int
     ) -> tuple[Turn, str | None]:
         """The turn to retry with, and None; or the reason no retry can fit."""
-        if overflow.window and overflow.window < turn.context_length:
-            self.models.learn_window(turn.request.model, overflow.window)
-            turn = replace(turn, context_length=overflow.window, estimate=None)
+        window = overflow.window
+        if window is None:
+            failing = overflow.prompt_tokens or estimate_view(turn, *self._counting(turn))
+            window = probed_window(failing, turn.context_length)
+        if window and window < turn.context_length:
+            self.models.learn_window(turn.request.model, window)
+            turn = replace(turn, context_length=window, estimate=None)
         event = Refused(overflow, attempts, turn.max_tokens or turn.request.max_tokens)
         action = self._decide(event, turn)
         if isinstance(action, GiveUp):

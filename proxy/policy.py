@@ -19,6 +19,8 @@ from proxy.overflow import Overflow
 
 # A lowered max_tokens below this leaves no room for an answer worth having.
 MIN_MAX_TOKENS = 16
+# Windows tried, largest first, when a provider refuses a prompt without saying its limit.
+PROBE_TIERS = (256_000, 128_000, 64_000, 32_000, 16_000, 8_000, 4_000, 2_000, 1_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,3 +169,13 @@ def _on_refusal(event: Refused, rules: Rules) -> Action:
             # The prompt fits; the answer's reservation does not. Leave a small margin.
             return LowerMaxTokens(room - max(1, room // 50))
     return Compress("overflow", force=True, current_tokens=overflow.prompt_tokens)
+
+
+def probed_window(failing_tokens: int, context_length: int) -> int | None:
+    """The window to assume after a refusal that states none: the largest probe tier under
+    the size that failed, when that is below the window assumed so far. Later requests then
+    aim under it at once instead of each overflowing first."""
+    for tier in PROBE_TIERS:
+        if tier < failing_tokens:
+            return tier if tier < context_length else None
+    return None

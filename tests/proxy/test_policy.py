@@ -19,6 +19,7 @@ from proxy.policy import (
     Refused,
     Rules,
     decide,
+    probed_window,
 )
 
 LIMITS = Limits(
@@ -151,3 +152,20 @@ def test_refusal(event: Refused, expected: object) -> None:
 def test_asked() -> None:
     action = decide(Asked("the parser"), LIMITS, BLOCKED, now=1_000.0, rules=BACKGROUND)
     assert action == Compress("manual", force=True, focus="the parser")
+
+
+@pytest.mark.parametrize(
+    ("failing", "context_length", "expected"),
+    [
+        (40_000, 128_000, 32_000),
+        (32_000, 128_000, 16_000),
+        (9_000, 8_192, 8_000),
+        (8_000, 8_000, 4_000),
+        (200_000, 128_000, None),  # the tier under it is no smaller than the window assumed
+        (900, 128_000, None),
+    ],
+)
+def test_a_numberless_refusal_steps_the_window_down_the_probe_tiers(
+    failing: int, context_length: int, expected: int | None
+) -> None:
+    assert probed_window(failing, context_length) == expected
