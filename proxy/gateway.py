@@ -53,6 +53,17 @@ class Gateway:
 
     async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         """Serve one request of `door`'s API; raises ProxyError for the error handler."""
+        try:
+            return await self._serve(door, headers, raw)
+        except orjson.JSONEncodeError as exc:
+            # The parser takes deeper nesting than the serialiser: met when an id is derived
+            # or the body rewritten, always before the upstream is called.
+            raise BadRequest(
+                "The request body holds JSON nested deeper than ctxgate can re-serialise "
+                f"(255 levels): {exc}."
+            ) from exc
+
+    async def _serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
         request = door.parse(raw)
