@@ -112,7 +112,7 @@ async def start_services(
         observe=metrics.compression,
     )
     models = Models(settings, store, engine, await store.get_model_windows())
-    sessions = Sessions(store, clock)
+    sessions = Sessions(store, clock, settings.server.held_request_bytes)
     conversations = Conversations(settings, store, compactor, upstreams, models, sessions, clock)
     auth = Authenticator(settings.auth)
     gateway = Gateway(settings, conversations, auth, metrics)

@@ -12,7 +12,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
-from proxy.compaction import applied_json
+from proxy.compaction import manual_answer
 from proxy.doors import BY_PATH
 from proxy.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.headers import upstream_request_headers
@@ -120,7 +120,8 @@ async def metrics(request: Request) -> Response:
 
 @router.post("/v1/sessions/{session_id}/compress")
 async def compress_session(session_id: str, request: Request) -> Response:
-    """Compress a session now (its most recent view), optionally around a focus topic."""
+    """Compress a session now (its most recent view), optionally around a focus topic; 202
+    when the compression is left to the session's next request."""
     services = services_of(request)
     credential = services.auth.client_credential(request.headers)
     raw = await read_body(request.headers, request.receive, 64 * 1024)
@@ -134,11 +135,8 @@ async def compress_session(session_id: str, request: Request) -> Response:
         if focus is not None and not isinstance(focus, str):
             raise BadRequest("'focus' must be a string.", param="focus")
     key = SessionKey(scope_for(credential), session_id)
-    applied = await services.conversations.compress_now(key, focus)
-    if applied is None:
-        raise NotFound(
-            f"No recent request of session '{session_id}' is held by this ctxgate process; "
-            "send a request first.",
-            code="session_not_found",
-        )
-    return JSONResponse({"session_id": applied.turn.key.key, **applied_json(applied)})
+    done = await services.conversations.compress_now(key, focus)
+    if done is None:
+        raise NotFound(f"No session '{session_id}' is known.", code="session_not_found")
+    status, key, answer = manual_answer(done)
+    return JSONResponse({"session_id": key.key, **answer}, status_code=status)
