@@ -51,6 +51,7 @@ class Turn:
     anchored: bool = True  # the session's last real figure was measured on a prefix of this view
     notes: tuple[CompressionNote, ...] = ()
     digests: tuple[str, ...] | None = None  # chained digests of the client's messages, once
+    images_shrunk: bool = False  # the view's images were shrunk after a refusal (once only)
 
     @property
     def messages(self) -> list[Message]:

@@ -49,6 +49,7 @@ class ModelSpec:
     stream_errors     "status": a streaming request that overflows gets the error status like
                       any other; "event": HTTP 200, then the error body as the stream's one
                       event (how OpenRouter, Anthropic and the Responses API report it)
+    image_max_bytes, image_max_px  refuse an inline image over these, in the dialect's words
     """
 
     window: int
@@ -60,6 +61,8 @@ class ModelSpec:
     default_max_tokens: int = 0
     usage: bool = True
     stream_errors: str = "status"
+    image_max_bytes: int | None = None  # inline images over this many bytes are refused
+    image_max_px: int | None = None  # inline images whose longer side exceeds this are refused
 
     def __post_init__(self) -> None:
         if self.stream_errors not in ("status", "event"):

@@ -31,6 +31,7 @@ from .endpoints import (
     send_unknown_url,
 )
 from .exchange import Exchange, parse_request
+from .images import image_error
 from .models import Behaviour, Disconnect, Fail, Hang, ModelSpec, Received, Reply, StreamError
 from .replies import default_reply, is_summary_request
 from .tokens import count_prompt_tokens, get_encoding
@@ -313,12 +314,15 @@ class Simulator:
         rec = exchange.rec
         body: dict[str, Any] = rec.body
         spec = self.spec_for(body.get("model"))
-        overflow = overflow_error(spec, rec.prompt_tokens or 0, body, len(rec.raw))
+        overflow, outcome = image_error(spec, body), "image_rejected"
+        if overflow is None:
+            overflow = overflow_error(spec, rec.prompt_tokens or 0, body, len(rec.raw))
+            outcome = "overflow"
         if overflow is not None and body.get("stream") is True and spec.stream_errors == "event":
             await exchange.send_error_event(overflow)
             return
         if overflow is not None:
-            await exchange.send_fail(overflow, outcome="overflow")
+            await exchange.send_fail(overflow, outcome=outcome)
             return
         with self._lock:
             scripted = self._queue.popleft() if self._queue else None
