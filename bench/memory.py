@@ -22,8 +22,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.servers import free_port  # noqa: E402
-from tests.simulator import ModelSpec, Simulator  # noqa: E402
+from tests.servers import free_port
+from tests.simulator import ModelSpec, Simulator
 
 MODEL = "memory-bench"
 
@@ -100,7 +100,9 @@ def main() -> None:
     spec = ModelSpec(window=8 * args.tokens)
     with Simulator(models={MODEL: spec}) as sim:
         body_kb = len(httpx.Request("POST", "/", json=history(args.tokens, 0)).content) / 1024
-        print(f"{args.sessions} sessions, one {args.tokens:,}-token request each ({body_kb:.0f} KB)")
+        print(
+            f"{args.sessions} sessions, one {args.tokens:,}-token request each ({body_kb:.0f} KB)"
+        )
         for held in args.held_mb:
             idle, loaded, _ = run(sim, args.sessions, args.tokens, held)
             print(
