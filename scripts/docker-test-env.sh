@@ -8,7 +8,7 @@
 #
 # As root, on Debian: installs `docker.io` and `debootstrap` if missing, starts Debian's dockerd
 # (20.10) on its own socket and data root, without iptables or a bridge (containers use the host
-# network), with the vfs storage driver (works on any filesystem, inside another container too).
+# network), with the overlay2 storage driver where it works, else vfs.
 # The base image $CTXGATE_DOCKER_BASE (ctxgate-base:bookworm) is built once and kept:
 # debootstrap --variant=minbase with python3 + python3-venv, a virtualenv at /opt/python first on
 # PATH (so `python` and `pip` behave as in python:3.11-slim), this machine's CA bundle (pip must
@@ -24,6 +24,9 @@ BASE="${CTXGATE_DOCKER_BASE:-ctxgate-base:bookworm}"
 SUITE="${CTXGATE_DOCKER_SUITE:-bookworm}"
 MIRROR="${CTXGATE_DOCKER_MIRROR:-http://deb.debian.org/debian}"
 CA_BUNDLE="${CTXGATE_DOCKER_CA:-/etc/ssl/certs/ca-certificates.crt}"
+# auto: overlay2 where this kernel mounts an overlay on the data directory, else vfs (slower:
+# every layer is a full copy, but it works on any filesystem, inside another container too).
+STORAGE="${CTXGATE_DOCKER_STORAGE:-auto}"
 SOCK="$RUN/docker.sock"
 PIDFILE="$RUN/dockerd.pid"
 LOG="$DIR/dockerd.log"
@@ -47,9 +50,36 @@ install_packages() {
         || fail "apt-get install$missing failed"
 }
 
+# Whatever is still mounted below $1 (deepest first): the daemon's network namespace, or the
+# /proc a failed debootstrap left in its target.
+unmount_below() {
+    for target in $(awk -v top="$1/" 'index($5, top) == 1 { print $5 }' /proc/self/mountinfo \
+        | sort -r); do
+        umount "$target" || true
+    done
+}
+
 pid_alive() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 answers() { "$DOCKER" version >/dev/null 2>&1; }
+
+overlay_mounts() {
+    probe="$DIR/overlay-probe"
+    mkdir -p "$probe/lower" "$probe/upper" "$probe/work" "$probe/merged"
+    ok=1
+    if mount -t overlay overlay -o "lowerdir=$probe/lower,upperdir=$probe/upper,workdir=$probe/work" \
+        "$probe/merged" 2>/dev/null; then
+        umount "$probe/merged"
+        ok=0
+    fi
+    rm -rf "$probe"
+    return "$ok"
+}
+
+pick_storage() {
+    [ "$STORAGE" = auto ] || return 0
+    if overlay_mounts; then STORAGE=overlay2; else STORAGE=vfs; fi
+}
 
 start_daemon() {
     if pid_alive && answers; then
@@ -58,11 +88,12 @@ start_daemon() {
     fi
     mkdir -p "$DIR" "$RUN"
     rm -f "$SOCK" "$PIDFILE"
-    say "starting dockerd on $SOCK (data in $DIR, log $LOG)"
+    pick_storage
+    say "starting dockerd on $SOCK ($STORAGE storage, data in $DIR, log $LOG)"
     # setsid: the daemon outlives this script and is not in its caller's process group.
     setsid /usr/sbin/dockerd --host "$DOCKER_HOST" --data-root "$DIR/data" --exec-root "$RUN/exec" \
         --pidfile "$PIDFILE" --iptables=false --ip6tables=false --bridge=none \
-        --storage-driver=vfs >"$LOG" 2>&1 </dev/null &
+        --storage-driver="$STORAGE" >"$LOG" 2>&1 </dev/null &
     daemon=$!
     waited=0
     until answers; do
@@ -74,7 +105,6 @@ start_daemon() {
         sleep 1
         waited=$((waited + 1))
     done
-    # A daemon that answers but cannot run a container is no use: check with `hello` below.
     say "dockerd $("$DOCKER" version --format '{{.Server.Version}}') up after ${waited}s"
 }
 
@@ -84,11 +114,13 @@ build_base() {
         return
     fi
     [ -r "$CA_BUNDLE" ] || fail "no CA bundle at $CA_BUNDLE (set CTXGATE_DOCKER_CA)"
-    root="$DIR/rootfs.$$"
-    rm -rf "$root"
+    root="$DIR/rootfs"
+    unmount_below "$root"
+    rm -rf --one-file-system "$root"
     say "debootstrap $SUITE (minbase, python3, python3-venv) from $MIRROR"
     debootstrap --variant=minbase --include=python3,python3-venv "$SUITE" "$root" "$MIRROR" \
-        >"$DIR/debootstrap.log" 2>&1 || { tail -n 20 "$DIR/debootstrap.log" >&2; rm -rf "$root"; fail "debootstrap failed"; }
+        >"$DIR/debootstrap.log" 2>&1 \
+        || { tail -n 20 "$DIR/debootstrap.log" >&2; fail "debootstrap failed (log above)"; }
     mkdir -p "$root/etc/ssl/certs"
     cp "$CA_BUNDLE" "$root/etc/ssl/certs/ca-certificates.crt"
     # pip and setuptools come from Debian's bundled wheels (ensurepip): no network needed here.
@@ -103,10 +135,11 @@ build_base() {
         --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
         --change 'CMD ["python3"]' \
         - "$BASE" >/dev/null
-    rm -rf "$root"
+    rm -rf --one-file-system "$root"
     say "base image $BASE built ($("$DOCKER" run --rm --network host "$BASE" python --version))"
 }
 
+# A daemon that answers but cannot start a container is no use to the tests.
 check_runs() {
     "$DOCKER" run --rm --network host "$BASE" python -c 'print("ok")' >/dev/null 2>&1 \
         || fail "dockerd is up but cannot run a container (log: $LOG)"
@@ -125,6 +158,7 @@ stop_daemon() {
     else
         say "dockerd not running"
     fi
+    unmount_below "$RUN"
 }
 
 case "${1:-start}" in
@@ -137,6 +171,10 @@ case "${1:-start}" in
         echo "$DOCKER_HOST"
         ;;
     stop) stop_daemon ;;
-    purge) stop_daemon; rm -rf "$DIR" "$RUN"; say "deleted $DIR" ;;
+    purge)
+        stop_daemon
+        rm -rf --one-file-system "$DIR" "$RUN"
+        say "deleted $DIR and $RUN"
+        ;;
     *) say "usage: $0 [start|stop|purge]"; exit 2 ;;
 esac
