@@ -59,6 +59,12 @@ unmount_below() {
     done
 }
 
+# A daemon that exited leaves its data root bind-mounted and its network namespace mounted.
+unmount_leftovers() {
+    unmount_below "$RUN"
+    unmount_below "$DIR"
+}
+
 pid_alive() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 answers() { "$DOCKER" version >/dev/null 2>&1; }
@@ -99,6 +105,7 @@ start_daemon() {
     until answers; do
         if ! kill -0 "$daemon" 2>/dev/null; then
             tail -n 20 "$LOG" >&2
+            unmount_leftovers
             fail "dockerd exited (log above)"
         fi
         [ "$waited" -lt 60 ] || { tail -n 20 "$LOG" >&2; kill "$daemon"; fail "dockerd silent 60 s"; }
@@ -154,11 +161,12 @@ stop_daemon() {
             sleep 1
             waited=$((waited + 1))
         done
+        kill -0 "$pid" 2>/dev/null && fail "dockerd (pid $pid) did not stop in 30 s"
         say "dockerd stopped"
     else
         say "dockerd not running"
     fi
-    unmount_below "$RUN"
+    unmount_leftovers
 }
 
 case "${1:-start}" in
