@@ -44,6 +44,7 @@ install_packages() {
     [ -n "$missing" ] || return 0
     command -v apt-get >/dev/null 2>&1 || fail "no apt-get to install$missing"
     say "installing$missing (Debian packages)"
+    apt-get update -qq >&2 || fail "apt-get update failed"
     # shellcheck disable=SC2086  # the list is meant to split
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         -o DPkg::Lock::Timeout=300 $missing >&2 \
