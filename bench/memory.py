@@ -1,6 +1,6 @@
 """ctxgate's resident memory with many long sessions (what the process holds per session).
 
-    python bench/memory.py [--sessions 300] [--tokens 150000] [--held-mb 256 64]
+    python bench/memory.py [--sessions 300] [--tokens 150000] [--held-mb 1024 128 32]
 
 Starts the provider simulator in this process and `ctxgate serve` as a child process (so its
 RSS is its own), sends one request of `--tokens` tokens for each of `--sessions` sessions, and
@@ -95,7 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--tokens", type=int, default=150_000)
-    parser.add_argument("--held-mb", type=int, nargs="+", default=[256, 64])
+    parser.add_argument("--held-mb", type=int, nargs="+", default=[1024, 128, 32])
     args = parser.parse_args()
     spec = ModelSpec(window=8 * args.tokens)
     with Simulator(models={MODEL: spec}) as sim:

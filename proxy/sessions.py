@@ -49,7 +49,7 @@ class Sessions:
         self,
         store: SessionStore,
         clock: Callable[[], float] = time.time,
-        held_bytes: int = 256 * 1024 * 1024,
+        held_bytes: int = 128 * 1024 * 1024,
     ) -> None:
         self.store = store
         self.clock = clock

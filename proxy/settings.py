@@ -38,10 +38,11 @@ class ServerSettings:
     """TCP port (`--port` overrides it)."""
     max_body_bytes: int = 32 * 1024 * 1024
     """Largest chat request body accepted, in bytes; a larger one is refused with 413."""
-    held_request_bytes: int = 256 * 1024 * 1024
+    held_request_bytes: int = 128 * 1024 * 1024
     """Bytes of request bodies this process holds (each session's latest, least recently used
     dropped first) so the manual compression API can compress them at once; a session whose
-    latest request is not held is compressed on its next request instead."""
+    latest request is not held is compressed on its next request instead. Parsed, a held body
+    takes about three times its size in memory."""
 
 
 @dataclass(frozen=True, slots=True)
