@@ -37,6 +37,8 @@ class ModelSpec:
     stream_errors     "status": a streaming request that overflows gets the error status like
                       any other; "event": HTTP 200, then the error body as the stream's one
                       event (how OpenRouter, Anthropic and the Responses API report it)
+    cache_min_tokens  Messages prompt caching: a breakpoint prefix shorter than this is not
+                      cached (the real minimum is 1024 or more, per model)
     """
 
     window: int
@@ -48,6 +50,7 @@ class ModelSpec:
     default_max_tokens: int = 0
     usage: bool = True
     stream_errors: str = "status"
+    cache_min_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.stream_errors not in ("status", "event"):
@@ -171,6 +174,7 @@ class Received:
     problems: list[str] = field(default_factory=list)  # tool-pairing violations found in messages
     status: int | None = None  # HTTP status sent (None: connection dropped / not answered yet)
     outcome: str = "pending"  # reply|overflow|fail|hang|disconnect|stream_error|client_gone|...
+    usage: dict[str, Any] | None = None  # the usage a Messages answer reported (cache figures)
 
     @property
     def model(self) -> str | None:
@@ -189,3 +193,8 @@ class Received:
     @property
     def is_chat(self) -> bool:
         return self.path.rstrip("/").endswith("/chat/completions")
+
+    @property
+    def is_messages(self) -> bool:
+        """A Messages API turn (``/v1/messages``; count_tokens is not one)."""
+        return self.path.rstrip("/").endswith("/messages")
