@@ -22,6 +22,7 @@ without its call) is removed, so the upstream always receives valid pairs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 import orjson
@@ -47,6 +48,8 @@ class _Piece(TypedDict):
     blocks: list[dict[str, Any]]
     template: dict[str, Any]
     string: bool
+    written: bool  # rebuilt or new: not the client's own bytes
+    after: list[WireMessage]  # `role: system` entries that followed it
 
 
 # -- wire to chat -------------------------------------------------------------------------------
@@ -59,6 +62,12 @@ def to_chat(system: Any, messages: Sequence[WireMessage]) -> list[Message]:
         head = cast(Message, {"role": "system", "content": _system_content(system)})
         out.append(_with_original(head, {"system": system}))
     for message in messages:
+        if message.get("role") == "system" and out and out[-1].get("role") != "system":
+            # Among the turns (Claude Code puts reminders there): it travels with the message
+            # before it, so it never separates a tool call from its result.
+            after = cast(dict[str, Any], original_of(out[-1]))
+            after.setdefault("after", []).append(message)
+            continue
         out.extend(_from_wire(message))
     return out
 
@@ -160,6 +169,18 @@ def _call(block: dict[str, Any]) -> ToolCall:
 
 def to_wire(view: Sequence[Message]) -> tuple[Any, list[WireMessage]]:
     """(`system` field or None, `messages`) for a chat-shaped view."""
+    rendered = render_view(view)
+    return rendered.system, rendered.messages
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedView:
+    system: Any  # the `system` field, None for none
+    messages: list[WireMessage]
+    last_written: int | None  # the last message holding content ctxgate wrote or changed
+
+
+def render_view(view: Sequence[Message]) -> RenderedView:
     system: Any = None
     pieces: list[_Piece] = []
     for message in view:
@@ -169,7 +190,8 @@ def to_wire(view: Sequence[Message]) -> tuple[Any, list[WireMessage]]:
             system = _joined(system, _system_value(message, original))
             continue
         pieces.append(_piece(message, original))
-    return system, _repaired(_merged(pieces))
+    messages, written = _merged(pieces)
+    return RenderedView(system, _repaired(messages), written)
 
 
 def _system_value(message: Message, original: dict[str, Any] | None) -> Any:
@@ -194,11 +216,13 @@ def _piece(message: Message, original: dict[str, Any] | None) -> _Piece:
                 "blocks": list(original["blocks"]),
                 "template": original["template"],
                 "string": original["string"],
+                "written": False,
+                "after": original.get("after", []),
             }
         return _rebuilt(message, original)
     role = message.get("role") or "user"
     wire_role = "user" if role == "tool" else role
-    fresh: dict[str, Any] = {"role": wire_role, "blocks": [], "template": {"role": wire_role}}
+    fresh: dict[str, Any] = {"role": wire_role, "template": {"role": wire_role}}
     return _rebuilt(message, fresh | {"string": False})
 
 
@@ -227,6 +251,8 @@ def _rebuilt(message: Message, original: dict[str, Any]) -> _Piece:
         "blocks": blocks,
         "template": original.get("template") or {"role": role},
         "string": string and len(blocks) == 1,
+        "written": True,
+        "after": original.get("after", []),
     }
 
 
@@ -280,18 +306,28 @@ def _input(arguments: Any) -> Any:
     return value if isinstance(value, dict) else {"value": value}
 
 
-def _merged(pieces: list[_Piece]) -> list[WireMessage]:
-    """One wire message per run of same-role pieces, `tool_result` blocks first."""
+def _merged(pieces: list[_Piece]) -> tuple[list[WireMessage], int | None]:
+    """One wire message per run of same-role pieces, `tool_result` blocks first; and the
+    index of the last one holding written content."""
     out: list[WireMessage] = []
-    run: list[_Piece] = []
-    for piece in pieces:
-        if run and piece["role"] != run[0]["role"]:
-            out.append(_message(run))
-            run = []
-        run.append(piece)
-    if run:
+    written = None
+    for run in _runs(pieces):
         out.append(_message(run))
-    return out
+        if any(piece["written"] for piece in run):
+            written = len(out) - 1
+        out.extend(run[-1]["after"])
+    return out, written
+
+
+def _runs(pieces: list[_Piece]) -> list[list[_Piece]]:
+    runs: list[list[_Piece]] = []
+    for piece in pieces:
+        last = runs[-1][-1] if runs else None
+        if last is not None and piece["role"] == last["role"] and not last["after"]:
+            runs[-1].append(piece)
+        else:
+            runs.append([piece])
+    return runs
 
 
 def _message(run: list[_Piece]) -> WireMessage:
@@ -310,18 +346,21 @@ def _message(run: list[_Piece]) -> WireMessage:
 
 
 def _repaired(messages: list[WireMessage]) -> list[WireMessage]:
-    """Drop calls not answered by the next message and answers to no call of the previous one."""
+    """Drop calls not answered by the next message and answers to no call of the previous one
+    (`role: system` entries among the turns are no message in between)."""
     out = list(messages)
-    for index, message in enumerate(out):
+    turns = [i for i, m in enumerate(out) if m.get("role") != "system"]
+    for pos, index in enumerate(turns):
+        message = out[index]
         blocks = message.get("content")
         if not isinstance(blocks, list):
             continue
-        if message.get("role") == "assistant" and index + 1 < len(out):
-            answered = _ids(out[index + 1], "tool_result", "tool_use_id")
+        if message.get("role") == "assistant" and pos + 1 < len(turns):
+            answered = _ids(out[turns[pos + 1]], "tool_result", "tool_use_id")
             kept = [b for b in blocks if b.get("type") != "tool_use" or b.get("id") in answered]
             out[index] = _with_blocks(message, kept, REMOVED_CALL_TEXT)
         elif message.get("role") == "user":
-            asked = _ids(out[index - 1], "tool_use", "id") if index > 0 else set()
+            asked = _ids(out[turns[pos - 1]], "tool_use", "id") if pos > 0 else set()
             kept = [
                 b for b in blocks if b.get("type") != "tool_result" or b.get("tool_use_id") in asked
             ]

@@ -16,6 +16,7 @@ from proxy.doors.messages_blocks import (
     ORIGINAL,
     REMOVED_CALL_TEXT,
     original_of,
+    render_view,
     to_chat,
     to_wire,
     tools_as_chat,
@@ -152,6 +153,27 @@ def test_summary_is_merged_after_tool_results_and_dropped_calls_lose_their_resul
     assert repaired == [{"role": "user", "content": [{"type": "text", "text": "SUMMARY"}]}]
 
 
+def test_system_entries_among_turns_travel_with_the_message_before() -> None:
+    reminder = {"role": "system", "content": "<system-reminder>todo list</system-reminder>"}
+    wire = [*MESSAGES[:2], reminder, *MESSAGES[2:]]
+    chat = to_chat(None, wire)
+    assert [m.get("role") for m in chat][:3] == ["user", "assistant", "tool"]
+    assert to_wire(chat) == (None, wire)
+    view = [chat[0], with_text(chat[1], "shorter"), *chat[2:]]
+    _, messages = to_wire(view)
+    assert messages[2] == reminder
+    assert messages[3] == MESSAGES[2]
+
+
+def test_the_last_written_message_is_known() -> None:
+    chat = to_chat(SYSTEM, MESSAGES)
+    assert render_view(chat).last_written is None
+    view = [chat[0], cast(Message, {"role": "user", "content": "SUMMARY"}), *chat[5:]]
+    assert render_view(view).last_written == 0
+    pruned = [*chat[:3], with_text(chat[3], "[pruned]"), *chat[4:]]
+    assert render_view(pruned).last_written == 2
+
+
 def test_unanswered_calls_are_removed_except_in_the_last_message() -> None:
     chat = to_chat(SYSTEM, MESSAGES)
     view = [*chat[:3], cast(Message, {"role": "user", "content": "go on"})]
@@ -218,6 +240,8 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
             ids.append(f"toolu_{counter}")
             blocks.append({"type": "tool_use", "id": ids[-1], "name": "Bash", "input": {"c": 1}})
         messages.append({"role": "assistant", "content": blocks})
+        if draw(st.integers(0, 4)) == 0:
+            messages.append({"role": "system", "content": "reminder"})
         answer: list[dict[str, Any]] = [
             {"type": "tool_result", "tool_use_id": i, "content": draw(_text)} for i in ids
         ]
@@ -265,6 +289,7 @@ def _assert_valid(out: list[Any], source: list[dict[str, Any]]) -> None:
         for b in m["content"]
         if b["type"] == "thinking"
     }
+    out = [m for m in out if m["role"] != "system"]
     assert out[0]["role"] == "user"
     for index, message in enumerate(out):
         if index:
