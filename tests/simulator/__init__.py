@@ -5,6 +5,8 @@
 See README.md in this directory.
 """
 
+from .agent import ScriptedAgent
+from .anthropic_prompt import count_messages_tokens
 from .dialects import overflow_error, requested_max_tokens, tool_pairing_problems
 from .models import (
     DIALECTS,
@@ -40,9 +42,11 @@ __all__ = [
     "ModelSpec",
     "Received",
     "Reply",
+    "ScriptedAgent",
     "Simulator",
     "StreamError",
     "build_summary",
+    "count_messages_tokens",
     "count_prompt_tokens",
     "count_text",
     "default_reply",

@@ -1,7 +1,7 @@
 """Prompt caching as the Messages API bills it: each ``cache_control`` breakpoint names the
 prefix up to and including its block; a prefix an earlier request with the same API key wrote
-is read from the cache, the rest up to the last breakpoint is written, and what follows the last
-breakpoint is plain input."""
+is read from the cache (also when it ends at one of the 20 blocks before a breakpoint), the rest
+up to the last breakpoint is written, and what follows the last breakpoint is plain input."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import threading
 from dataclasses import dataclass
 
 from .anthropic_prompt import Prompt, prefix_hashes
+
+LOOKBACK_BLOCKS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +56,18 @@ class PromptCache:
     ) -> CacheUsage:
         total = int(prompt.total * factor)
         # A prefix shorter than the model's minimum cacheable length is not cached at all.
-        marks = [(int(n * factor), h) for n, h in prefix_hashes(model, prompt)]
-        marks = [(n, h) for n, h in marks if n >= minimum]
+        bounds = [(int(n * factor), h, mark) for n, h, mark in prefix_hashes(model, prompt)]
+        marks = [i for i, (n, _, mark) in enumerate(bounds) if mark and n >= minimum]
         if not marks:
             return CacheUsage(total, 0, 0)
+        # Each breakpoint also finds what earlier requests wrote at any of the block boundaries
+        # up to LOOKBACK_BLOCKS before it (so a breakpoint that moved on to the newest message
+        # still reads the previous turn's prefix).
+        near = {j for i in marks for j in range(max(0, i - LOOKBACK_BLOCKS), i + 1)}
         with self._lock:
             written = self._written.setdefault(key, set())
-            read = max((n for n, h in marks if h in written), default=0)
+            read = max((bounds[j][0] for j in near if bounds[j][1] in written), default=0)
             if write:
-                written.update(h for _, h in marks)
-        last = marks[-1][0]
+                written.update(bounds[i][1] for i in marks)
+        last = bounds[marks[-1]][0]
         return CacheUsage(total - last, last - read, read)

@@ -151,14 +151,14 @@ def count_messages_tokens(body: Any, token_factor: float = 1.0) -> int:
     return int(prompt_of(body).total * token_factor)
 
 
-def prefix_hashes(model: str, prompt: Prompt) -> list[tuple[int, str]]:
-    """For each breakpoint: (raw tokens up to and including it, hash of that prefix)."""
+def prefix_hashes(model: str, prompt: Prompt) -> list[tuple[int, str, bool]]:
+    """For each piece: (raw tokens up to and including it, hash of that prefix, whether the
+    piece is a breakpoint)."""
     digest = hashlib.sha256(model.encode() + b"\x00")
     seen = 0
     out = []
     for piece in prompt.pieces:
         digest.update(piece.canonical + b"\x00")
         seen += piece.tokens
-        if piece.breakpoint:
-            out.append((seen, digest.copy().hexdigest()))
+        out.append((seen, digest.copy().hexdigest(), piece.breakpoint))
     return out
