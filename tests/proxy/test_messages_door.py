@@ -67,7 +67,7 @@ def _root(proxy: ProxyServer) -> str:
 
 
 def _client(proxy: ProxyServer) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=_root(proxy), api_key=KEY, max_retries=0)
+    return anthropic.Anthropic(base_url=_root(proxy), api_key=KEY, max_retries=0, timeout=60)
 
 
 def _messages(sim: Simulator) -> list[Any]:
@@ -107,21 +107,34 @@ def test_sync_async_and_streaming_sdk_calls(anthropic_sim: Simulator, proxy: Pro
 
     first, *_ = _messages(anthropic_sim)
     assert first.headers["anthropic-version"] and first.headers["anthropic-beta"] == BETA
-    assert first.headers.get("x-api-key") == KEY  # no upstream key: the client's goes through
+    assert first.headers.get("authorization") == f"Bearer {KEY}"  # this SDK sends Bearer
     assert first.body["context_management"] == extra["extra_body"]["context_management"]
     assert first.body["max_tokens"] == 32_000 and first.body["system"] == "Be terse."
     assert all(not r.problems for r in anthropic_sim.received)
 
 
-def test_head_probe_and_errors_in_the_anthropic_envelope(proxy: ProxyServer) -> None:
+def test_head_probe_x_api_key_and_errors_in_the_anthropic_envelope(
+    anthropic_sim: Simulator, proxy: ProxyServer
+) -> None:
     assert httpx.head(_root(proxy) + "/").status_code == 200
-    with pytest.raises(anthropic.NotFoundError) as caught:
+    anthropic_sim.responder = lambda body: Reply(content="pong")
+    body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    assert httpx.post(_root(proxy) + "/v1/messages", json=body, headers=headers).status_code == 200
+    assert anthropic_sim.received[-1].headers.get("x-api-key") == KEY
+    with pytest.raises(anthropic.BadRequestError) as caught:
         _client(proxy).messages.create(
             model=MODEL,
             max_tokens=10,
             messages=[{"role": "nobody", "content": "x"}],  # type: ignore[typeddict-item]
         )
-    assert caught.value.status_code in (400, 404)
+    assert caught.value.body == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "messages.0.role: Input should be 'user' or 'assistant'.",
+        },
+    }
 
 
 class Agent:
