@@ -249,7 +249,7 @@ def _output(call: dict[str, Any]) -> str:
 def test_a_long_session_is_compressed_and_cached(
     anthropic_sim: Simulator, db_path: str, stream: bool
 ) -> None:
-    anthropic_sim.responder = ScriptedAgent(turns=40, output_lines=10)
+    anthropic_sim.responder = ScriptedAgent(turns=48, output_lines=10)
     with ProxyServer(_settings(anthropic_sim, db_path)) as proxy:
         agent = Agent(proxy, SMALL, stream)
         while agent.turn():
@@ -260,7 +260,7 @@ def test_a_long_session_is_compressed_and_cached(
     ]
     history = sum(len(json.dumps(m)) for m in agent.messages) / 4
     assert history > 5 * 16_384
-    assert len(agent.usages) == 41
+    assert len(agent.usages) == 49
     changed = [
         i
         for i in range(1, len(agent.checkpoints))
