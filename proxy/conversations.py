@@ -25,6 +25,7 @@ from compression.tokens import counter_for_model
 from compression.types import Message
 from proxy.compaction import Attempt, Compactor
 from proxy.doors import summary_door
+from proxy.doors.messages_cache import output_reservation
 from proxy.frontdoor import FrontDoor, Usage, WireRequest
 from proxy.headers import upstream_request_headers
 from proxy.identity import Identity
@@ -79,10 +80,9 @@ class Conversations:
         return self.calibrations.get(model) or Calibration()
 
     def limits(self, turn: Turn) -> Limits:
+        requested = turn.max_tokens or turn.request.max_tokens or turn.rule.max_output_tokens
         return limits_for(
-            self.options,
-            turn.context_length,
-            turn.max_tokens or turn.request.max_tokens or turn.rule.max_output_tokens,
+            self.options, turn.context_length, output_reservation(requested, turn.context_length)
         )
 
     def summarizer(self, turn: Turn) -> Summarizer:

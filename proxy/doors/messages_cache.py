@@ -23,14 +23,15 @@ _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 OUTPUT_SHARE = 0.25
 
 
-def output_reservation(max_tokens: int | None, window: int, share: float = OUTPUT_SHARE) -> int:
+def output_reservation(
+    max_tokens: int | None, window: int, share: float = OUTPUT_SHARE
+) -> int | None:
     """The output tokens to keep free when deciding whether the prompt fits.
 
     Claude Code asks for 32,000 whatever the model's window; reserving that much of a 16K
     window would leave no room for the prompt. The forwarded max_tokens is not changed.
     """
-    cap = max(1, int(window * share))
-    return cap if max_tokens is None else min(max_tokens, cap)
+    return None if max_tokens is None else min(max_tokens, max(1, int(window * share)))
 
 
 def breakpoints(system: Any, messages: list[WireMessage], tools: Any) -> int:

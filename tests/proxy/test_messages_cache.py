@@ -70,4 +70,4 @@ def test_thinking_blocks_are_never_marked() -> None:
 def test_output_reservation_is_clamped_to_a_share_of_the_window() -> None:
     assert output_reservation(32_000, 16_384) == 4096
     assert output_reservation(1_000, 16_384) == 1_000
-    assert output_reservation(None, 200_000) == 50_000
+    assert output_reservation(None, 200_000) is None
