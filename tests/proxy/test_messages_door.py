@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.servers import ProxyServer, settings_for
-from tests.simulator import ModelSpec, Reply, Simulator
+from tests.simulator import Disconnect, ModelSpec, Reply, Simulator, StreamError
 from tests.simulator.agent import ScriptedAgent
 
 MODEL = "claude-sim"
@@ -317,3 +317,49 @@ def test_count_tokens_is_relayed_or_counted(anthropic_sim: Simulator, proxy: Pro
     anthropic_sim.messages_api.count_tokens_enabled = False
     counted = _client(proxy).messages.count_tokens(**body)  # type: ignore[arg-type]
     assert 5 <= counted.input_tokens <= 40
+
+
+def test_keys_are_checked_and_a_messages_only_upstream_gets_its_own(
+    anthropic_sim: Simulator, db_path: str
+) -> None:
+    anthropic_sim.responder = ScriptedAgent(turns=48, output_lines=10)
+    settings = settings_for(
+        anthropic_sim.url + "/v1",
+        db_path,
+        models=[{"match": "*", "upstream": "sim", "context_length": 16_384}],
+        upstreams={
+            "sim": {"base_url": anthropic_sim.url + "/v1", "apis": ["messages"], "api_key": "sk-up"}
+        },
+        auth={"keys": [KEY]},
+    )
+    with ProxyServer(settings) as proxy:
+        wrong = anthropic.Anthropic(base_url=_root(proxy), api_key="nope", max_retries=0)
+        with pytest.raises(anthropic.AuthenticationError) as caught:
+            wrong.messages.create(
+                model=SMALL, max_tokens=5, messages=[{"role": "user", "content": "x"}]
+            )
+        assert caught.value.body["type"] == "error"  # type: ignore[index]
+        agent = Agent(proxy, SMALL, stream=True)
+        while agent.turn():
+            pass
+    assert all(r.headers.get("x-api-key") == "sk-up" for r in anthropic_sim.received)
+    assert all("authorization" not in r.headers for r in anthropic_sim.received)
+    summary_calls = [r for r in anthropic_sim.received if r.is_summary]
+    assert summary_calls and all(r.path.endswith("/messages") for r in summary_calls)
+    assert all(not r.problems for r in anthropic_sim.received)
+
+
+def test_an_error_event_mid_stream_reaches_the_client(
+    anthropic_sim: Simulator, proxy: ProxyServer
+) -> None:
+    anthropic_sim.enqueue(
+        StreamError(after_chunks=2, error={"type": "overloaded_error", "message": "busy"}),
+        Disconnect(after_chunks=2),
+    )
+    for _ in range(2):
+        with pytest.raises(anthropic.APIStatusError) as caught:
+            with _client(proxy).messages.stream(
+                model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "ping"}]
+            ) as stream:
+                "".join(stream.text_stream)
+        assert caught.value.body["type"] == "error"  # type: ignore[index]
