@@ -9,7 +9,7 @@ import orjson
 from starlette.responses import Response
 
 from proxy.doors.messages import MessagesDoor
-from proxy.errors import BadRequest, NotFound
+from proxy.errors import BadRequest, NotFound, ProxyError, error_response
 from proxy.gateway import Gateway
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
@@ -19,6 +19,14 @@ _DOOR = MessagesDoor()
 
 
 async def count_tokens(gateway: Gateway, headers: Mapping[str, str], raw: bytes) -> Response:
+    """The count, or ctxgate's own error in the Messages envelope."""
+    try:
+        return await _count(gateway, headers, raw)
+    except ProxyError as exc:
+        return error_response(exc, envelope=_DOOR.error_body)
+
+
+async def _count(gateway: Gateway, headers: Mapping[str, str], raw: bytes) -> Response:
     credential = gateway.auth.client_credential(headers)
     request = _DOOR.parse(raw)
     rule = gateway.settings.rule_for(request.model)

@@ -363,3 +363,10 @@ def test_an_error_event_mid_stream_reaches_the_client(
             ) as stream:
                 "".join(stream.text_stream)
         assert caught.value.body["type"] == "error"  # type: ignore[index]
+
+
+def test_count_tokens_errors_use_the_anthropic_envelope(proxy: ProxyServer) -> None:
+    answer = httpx.post(_root(proxy) + "/v1/messages/count_tokens", json={"messages": []})
+    assert answer.status_code == 400
+    assert answer.json()["type"] == "error"
+    assert answer.json()["error"]["type"] == "invalid_request_error"
