@@ -31,7 +31,7 @@ from .anthropic_sse import (
     start_event,
     stop_reason_of,
     stream_events,
-    thinking_enabled,
+    thinking_mode,
 )
 from .dialects import overflow_error
 from .endpoints import presented_key
@@ -248,7 +248,7 @@ class MessagesAPI:
     def _build(self, turn: MessagesTurn, reply: Reply, *, bill: bool = True) -> Answer:
         blocks = content_blocks(
             reply,
-            thinking=thinking_enabled(turn.body),
+            thinking=thinking_mode(turn.body),
             signer=self.signer,
             next_id=lambda: f"toolu_01Sim{next(self._tool_ids):013d}",
         )

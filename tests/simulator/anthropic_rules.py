@@ -13,6 +13,8 @@ from typing import Any
 
 from .anthropic_prompt import MAX_BREAKPOINTS, prompt_of
 
+NONCE_BYTES = 12
+
 Problem = tuple[str, str]  # (kind, the provider's error message)
 
 
@@ -21,20 +23,30 @@ def anthropic_error(type_: str, message: str) -> dict[str, Any]:
 
 
 class ThinkingSigner:
-    """Signs the thinking text of answers (HMAC-SHA256 with a per-server key, base64) and
-    recognises an unmodified thinking block sent back."""
+    """Signs the thinking text of answers and recognises an unmodified thinking block sent
+    back: the signature is base64 of a random nonce and the HMAC-SHA256 of nonce and text under
+    a per-server key, so two blocks never share a signature, even with the same (or omitted)
+    text."""
 
     def __init__(self, key: bytes | None = None) -> None:
         self._key = key if key is not None else secrets.token_bytes(32)
 
+    def _mac(self, nonce: bytes, thinking: str) -> bytes:
+        return hmac.new(self._key, nonce + thinking.encode(), hashlib.sha256).digest()
+
     def sign(self, thinking: str) -> str:
-        mac = hmac.new(self._key, thinking.encode(), hashlib.sha256).digest()
-        return base64.b64encode(b"sim1" + mac).decode()
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        return base64.b64encode(nonce + self._mac(nonce, thinking)).decode()
 
     def valid(self, thinking: Any, signature: Any) -> bool:
         if not isinstance(thinking, str) or not isinstance(signature, str):
             return False
-        return hmac.compare_digest(self.sign(thinking), signature)
+        try:
+            raw = base64.b64decode(signature, validate=True)
+        except ValueError:
+            return False
+        nonce, mac = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
+        return len(nonce) == NONCE_BYTES and hmac.compare_digest(self._mac(nonce, thinking), mac)
 
 
 def header_problem(headers: dict[str, str], require_version: bool) -> str | None:
