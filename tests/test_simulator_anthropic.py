@@ -373,6 +373,39 @@ def test_thinking_is_signed_and_an_altered_block_is_refused(client: anthropic.An
     assert message == "messages.1.content.0: Invalid `signature` in `thinking` block"
 
 
+def test_a_tool_loop_in_progress_must_keep_its_thinking(client: anthropic.Anthropic) -> None:
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    signed = client.messages.create(
+        model="claude-x",
+        max_tokens=2048,
+        thinking=thinking,
+        messages=[user("think")],  # type: ignore[arg-type]
+    )
+    block = signed.content[0].model_dump()
+    kept = [block, tool_use("toolu_a")]
+    history = [user("go"), {"role": "assistant", "content": kept}, user_results("toolu_a")]
+    client.messages.create(model="claude-x", max_tokens=2048, thinking=thinking, messages=history)  # type: ignore[arg-type]
+    history[1] = {"role": "assistant", "content": [tool_use("toolu_a")]}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(
+            model="claude-x", max_tokens=2048, thinking=thinking, messages=history
+        )  # type: ignore[arg-type]
+    message = caught.value.body["error"]["message"]  # type: ignore[index]
+    assert message.startswith(
+        "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+        "`tool_use`. When `thinking` is enabled, a final `assistant` message must start with a "
+        "thinking block"
+    )
+    # Without thinking, or once the loop is closed by a text turn, nothing is required.
+    client.messages.create(model="claude-x", max_tokens=2048, messages=history)  # type: ignore[arg-type]
+    closed = [*history, {"role": "assistant", "content": "done"}, user("thanks")]
+    client.messages.create(model="claude-x", max_tokens=2048, thinking=thinking, messages=closed)  # type: ignore[arg-type]
+
+
+def user_results(*call_ids: str) -> dict[str, Any]:
+    return {"role": "user", "content": [tool_result(c) for c in call_ids]}
+
+
 def test_omitted_thinking_keeps_only_the_signature(client: anthropic.Anthropic) -> None:
     thinking = {"type": "adaptive", "display": "omitted"}
     answer = client.messages.create(
@@ -415,6 +448,16 @@ def test_version_header_key_and_probe(sim: Simulator) -> None:
     bearer = {**VERSION, "authorization": "Bearer sk-right"}
     assert httpx.post(f"{sim.base_url}/messages", json=body, headers=bearer).status_code == 200
     assert httpx.head(sim.url + "/").status_code == 200
+
+
+def test_models_list_in_the_anthropic_shape(sim: Simulator, client: anthropic.Anthropic) -> None:
+    page = client.models.list()
+    assert [m.id for m in page.data] == ["claude-small", "claude-bytes", "claude-event"]
+    assert client.models.retrieve("claude-small").type == "model"
+    with pytest.raises(anthropic.NotFoundError):
+        client.models.retrieve("claude-none")
+    openai_shape = httpx.get(f"{sim.base_url}/models").json()  # no anthropic-version header
+    assert openai_shape["object"] == "list"
 
 
 def test_scripted_agent_runs_k_rounds_and_survives_a_shortened_history(
