@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -14,7 +15,10 @@ import httpx2
 import pytest
 
 from tests.simulator import Disconnect, ModelSpec, Reply, ScriptedAgent, Simulator, StreamError
+from tests.simulator.anthropic_rules import ThinkingSigner
 from tests.simulator.testing import long_text
+
+SAMPLES = Path(__file__).parent / "data" / "claude_code"
 
 SYSTEM = [
     {
@@ -458,6 +462,22 @@ def test_models_list_in_the_anthropic_shape(sim: Simulator, client: anthropic.An
         client.models.retrieve("claude-none")
     openai_shape = httpx.get(f"{sim.base_url}/models").json()  # no anthropic-version header
     assert openai_shape["object"] == "list"
+
+
+@pytest.mark.parametrize("name", ["sonnet-4-5-bash-turn4", "unknown-model-bash-turn4"])
+def test_recorded_claude_code_requests_pass_every_rule(sim: Simulator, name: str) -> None:
+    sample = json.loads((SAMPLES / f"{name}.json").read_text())
+    headers = {k: v for k, v in sample["headers"].items() if k != "accept-encoding"}
+    sim.messages_api.signer = ThinkingSigner(b"ctxgate-sample-key")
+    try:
+        ok = httpx.post(sim.url + sample["path"], json=sample["body"], headers=headers)
+        sim.messages_api.signer = ThinkingSigner(b"another key")
+        refused = httpx.post(sim.url + sample["path"], json=sample["body"], headers=headers)
+    finally:
+        sim.messages_api.signer = ThinkingSigner()
+    assert ok.status_code == 200 and sim.messages_requests[0].problems == []
+    assert refused.status_code == 400
+    assert "Invalid `signature` in `thinking` block" in refused.json()["error"]["message"]
 
 
 def test_scripted_agent_runs_k_rounds_and_survives_a_shortened_history(
