@@ -14,7 +14,15 @@ import httpx
 import httpx2
 import pytest
 
-from tests.simulator import Disconnect, ModelSpec, Reply, ScriptedAgent, Simulator, StreamError
+from tests.simulator import (
+    Disconnect,
+    Hang,
+    ModelSpec,
+    Reply,
+    ScriptedAgent,
+    Simulator,
+    StreamError,
+)
 from tests.simulator.anthropic_rules import ThinkingSigner
 from tests.simulator.testing import long_text
 
@@ -284,6 +292,17 @@ def test_mid_stream_failures(sim: Simulator, client: anthropic.Anthropic) -> Non
     assert [r.outcome for r in sim.messages_requests] == ["stream_error", "disconnect"]
 
 
+def test_a_stalled_stream_resumes_and_a_stalled_answer_follows(
+    sim: Simulator, client: anthropic.Anthropic
+) -> None:
+    sim.enqueue(Hang(seconds=0.2, after_chunks=3), Hang(seconds=0.2, then=Reply(content="late")))
+    with client.messages.stream(model="claude-x", max_tokens=8, messages=[user("slow")]) as s:
+        assert s.get_final_text() == "ok: slow"
+    answer = client.messages.create(model="claude-x", max_tokens=8, messages=[user("x")])
+    assert answer.content[0].text == "late"  # type: ignore[union-attr]
+    assert [r.outcome for r in sim.messages_requests] == ["reply", "reply"]
+
+
 def tool_use(call_id: str) -> dict[str, Any]:
     return {"type": "tool_use", "id": call_id, "name": "Bash", "input": {"command": "ls"}}
 
@@ -464,7 +483,7 @@ def test_models_list_in_the_anthropic_shape(sim: Simulator, client: anthropic.An
     assert openai_shape["object"] == "list"
 
 
-@pytest.mark.parametrize("name", ["sonnet-4-5-bash-turn4", "unknown-model-bash-turn4"])
+@pytest.mark.parametrize("name", ["sonnet-4-5-bash-turn4", "sonnet-5-5-bash-turn4"])
 def test_recorded_claude_code_requests_pass_every_rule(sim: Simulator, name: str) -> None:
     sample = json.loads((SAMPLES / f"{name}.json").read_text())
     headers = {k: v for k, v in sample["headers"].items() if k != "accept-encoding"}

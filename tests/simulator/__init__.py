@@ -7,6 +7,7 @@ See README.md in this directory.
 
 from .agent import ScriptedAgent
 from .anthropic_prompt import count_messages_tokens
+from .anthropic_rules import ThinkingSigner
 from .dialects import overflow_error, requested_max_tokens, tool_pairing_problems
 from .models import (
     DIALECTS,
@@ -45,6 +46,7 @@ __all__ = [
     "ScriptedAgent",
     "Simulator",
     "StreamError",
+    "ThinkingSigner",
     "build_summary",
     "count_messages_tokens",
     "count_prompt_tokens",
