@@ -23,6 +23,7 @@ from tests.simulator import (
     Simulator,
     StreamError,
 )
+from tests.simulator.agent import CLAUDE_CODE_COMPACTION
 from tests.simulator.anthropic_rules import ThinkingSigner
 from tests.simulator.testing import long_text
 
@@ -528,3 +529,23 @@ def test_scripted_agent_runs_k_rounds_and_survives_a_shortened_history(
     assert rounds == 4
     assert answer.content[-1].text.startswith("Done: ran 4 commands")  # type: ignore[union-attr]
     assert all(r.problems == [] for r in sim.messages_requests)
+
+
+def test_scripted_agent_answers_claude_codes_compaction_and_goes_on(
+    client: anthropic.Anthropic, sim: Simulator
+) -> None:
+    sim.responder = ScriptedAgent(turns=5)
+    call = tool_use("toolu_01SimR0002abcdef")
+    request = {"type": "text", "text": CLAUDE_CODE_COMPACTION + " ... <summary> ..."}
+    history = [
+        user("run the commands"),
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [tool_result(call["id"]), request]},
+    ]
+    answer = client.messages.create(model="claude-x", max_tokens=64, tools=[BASH], messages=history)  # type: ignore[arg-type]
+    summary = answer.content[0].text  # type: ignore[union-attr]
+    assert "<summary>" in summary and "3 rounds done" in summary and "toolu_01SimR0002" in summary
+    after = [user(summary + "\nContinue.")]
+    step = client.messages.create(model="claude-x", max_tokens=64, tools=[BASH], messages=after)  # type: ignore[arg-type]
+    calls = [b for b in step.content if b.type == "tool_use"]
+    assert calls and calls[0].id.startswith("toolu_01SimR0003")

@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from tests.agents.claude_code import ClaudeCode
-from tests.simulator import ModelSpec, Received, ScriptedAgent, Simulator
+from tests.simulator import (
+    ModelSpec,
+    Received,
+    ScriptedAgent,
+    Simulator,
+    is_claude_code_compaction,
+)
 
 ROUNDS = 22
 MODEL = "claude-sonnet-5-5"  # what this CLI version's "sonnet" alias names
@@ -94,3 +100,25 @@ def test_claude_code_sends_a_bearer_token_with_auth_token(
     turns = sim.messages_requests
     assert len(turns) == 2 and len(tool_results(turns)) == 1
     assert all(r.headers["authorization"] == "Bearer sk-ant-bearer" for r in turns)
+
+
+@pytest.mark.parametrize("stream_errors", ["status", "event"])
+def test_claude_code_compacts_by_itself_when_the_provider_says_prompt_too_long(
+    claude: ClaudeCode, stream_errors: str
+) -> None:
+    """What a client does without ctxgate: on the provider's overflow (a 400, or an error event
+    in a 200 stream, which it retries without streaming) it asks the model for a summary and
+    goes on with a shortened history."""
+    small = ModelSpec(window=6_000, count_max_tokens=False, stream_errors=stream_errors)
+    with Simulator(default=small) as sim:
+        sim.responder = ScriptedAgent(turns=ROUNDS)
+        run = claude.run(TASK, base_url=sim.url, model=MODEL, timeout=240)
+        turns = sim.messages_requests
+    assert run.exit_code == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert f"Done: ran {ROUNDS} commands" in run.stdout
+    overflows = [r for r in turns if r.outcome == "overflow"]
+    assert overflows and all(r.prompt_tokens and r.prompt_tokens > 6_000 for r in overflows)
+    if stream_errors == "event":
+        assert {(r.status, r.stream) for r in overflows} == {(200, True), (400, False)}
+    assert any(is_claude_code_compaction(r.body) for r in turns)
+    assert all(r.problems == [] for r in turns)
