@@ -31,10 +31,10 @@ from .anthropic_sse import (
     start_event,
     stop_reason_of,
     stream_events,
-    thinking_enabled,
+    thinking_mode,
 )
 from .dialects import overflow_error
-from .endpoints import presented_key
+from .endpoints import MODEL_PREFIX, is_models_path, presented_key
 from .exchange import Exchange
 from .models import Behaviour, Disconnect, Fail, Hang, ModelSpec, Received, Reply, StreamError
 from .replies import default_reply
@@ -53,6 +53,16 @@ def is_messages_path(norm: str) -> bool:
 
 def is_root(norm: str) -> bool:
     return norm == "/"
+
+
+def _model_entry(name: str, spec: ModelSpec) -> dict[str, Any]:
+    return {
+        "type": "model",
+        "id": name,
+        "display_name": name,
+        "created_at": "2025-01-01T00:00:00Z",
+        "max_input_tokens": spec.window,
+    }
 
 
 @dataclass
@@ -107,8 +117,16 @@ class MessagesAPI:
         rec.problems = [text for _kind, text in request_problems(body, self.signer)]
 
     # ------------------------------------------------------------------ routing
+    def serves(self, rec: Received, norm: str) -> bool:
+        """Messages paths, the ``/`` probe, and the models list asked in Anthropic's way."""
+        anthropic_models = is_models_path(norm) and "anthropic-version" in rec.headers
+        return is_messages_path(norm) or is_root(norm) or anthropic_models
+
     async def handle(self, exchange: Exchange, norm: str) -> None:
         rec = exchange.rec
+        if is_models_path(norm):
+            await self._send_models(exchange, norm)
+            return
         if is_root(norm):
             await exchange.send_raw(200, b"", "text/plain", None, outcome="reply")
             return
@@ -156,6 +174,21 @@ class MessagesAPI:
         if problems:
             return 400, anthropic_error("invalid_request_error", problems[0][1]), "invalid_messages"
         return None
+
+    async def _send_models(self, exchange: Exchange, norm: str) -> None:
+        """``GET /v1/models`` and ``/v1/models/{id}`` in the Anthropic shape."""
+        models = self.sim.models
+        name = norm[len(MODEL_PREFIX) :] if norm.startswith(MODEL_PREFIX) else None
+        if name is None:
+            data = [_model_entry(n, spec) for n, spec in models.items()]
+            first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+            page = {"data": data, "has_more": False, "first_id": first, "last_id": last}
+            await exchange.send_json(200, page, outcome="reply")
+        elif name in models:
+            await exchange.send_json(200, _model_entry(name, models[name]), outcome="reply")
+        else:
+            error = anthropic_error("not_found_error", f"model: {name}")
+            await exchange.send_json(404, error, outcome="not_found")
 
     # ------------------------------------------------------------------ answering
     async def _answer(self, turn: MessagesTurn) -> None:
@@ -248,7 +281,7 @@ class MessagesAPI:
     def _build(self, turn: MessagesTurn, reply: Reply, *, bill: bool = True) -> Answer:
         blocks = content_blocks(
             reply,
-            thinking=thinking_enabled(turn.body),
+            thinking=thinking_mode(turn.body),
             signer=self.signer,
             next_id=lambda: f"toolu_01Sim{next(self._tool_ids):013d}",
         )

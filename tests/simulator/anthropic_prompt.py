@@ -89,8 +89,11 @@ def content_tokens(content: Any) -> int:
 
 
 def _blocks(content: Any) -> list[Any]:
+    """Content as blocks; a string is the text block it stands for (the same cached prefix)."""
     if isinstance(content, list):
         return content
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
     return [content] if content is not None else []
 
 

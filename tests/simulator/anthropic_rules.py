@@ -1,7 +1,7 @@
 """What the Anthropic Messages API refuses before answering, with its wording: a missing
 ``anthropic-version`` header or required field, more than four ``cache_control`` breakpoints,
-broken ``tool_use``/``tool_result`` pairing, and a thinking block whose signature does not match
-what the provider signed."""
+broken ``tool_use``/``tool_result`` pairing, a thinking block whose signature does not match
+what the provider signed, and a tool loop in progress whose thinking was dropped."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from typing import Any
 
 from .anthropic_prompt import MAX_BREAKPOINTS, prompt_of
 
+NONCE_BYTES = 12
+
 Problem = tuple[str, str]  # (kind, the provider's error message)
 
 
@@ -21,20 +23,30 @@ def anthropic_error(type_: str, message: str) -> dict[str, Any]:
 
 
 class ThinkingSigner:
-    """Signs the thinking text of answers (HMAC-SHA256 with a per-server key, base64) and
-    recognises an unmodified thinking block sent back."""
+    """Signs the thinking text of answers and recognises an unmodified thinking block sent
+    back: the signature is base64 of a random nonce and the HMAC-SHA256 of nonce and text under
+    a per-server key, so two blocks never share a signature, even with the same (or omitted)
+    text."""
 
     def __init__(self, key: bytes | None = None) -> None:
         self._key = key if key is not None else secrets.token_bytes(32)
 
+    def _mac(self, nonce: bytes, thinking: str) -> bytes:
+        return hmac.new(self._key, nonce + thinking.encode(), hashlib.sha256).digest()
+
     def sign(self, thinking: str) -> str:
-        mac = hmac.new(self._key, thinking.encode(), hashlib.sha256).digest()
-        return base64.b64encode(b"sim1" + mac).decode()
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        return base64.b64encode(nonce + self._mac(nonce, thinking)).decode()
 
     def valid(self, thinking: Any, signature: Any) -> bool:
         if not isinstance(thinking, str) or not isinstance(signature, str):
             return False
-        return hmac.compare_digest(self.sign(thinking), signature)
+        try:
+            raw = base64.b64decode(signature, validate=True)
+        except ValueError:
+            return False
+        nonce, mac = raw[:NONCE_BYTES], raw[NONCE_BYTES:]
+        return len(nonce) == NONCE_BYTES and hmac.compare_digest(self._mac(nonce, thinking), mac)
 
 
 def header_problem(headers: dict[str, str], require_version: bool) -> str | None:
@@ -171,6 +183,36 @@ def signature_problems(messages: Any, signer: ThinkingSigner) -> list[Problem]:
     return problems
 
 
+_MISSING_THINKING = (
+    "messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
+    "disable `thinking`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+)
+
+
+def open_loop_problems(body: dict[str, Any]) -> list[Problem]:
+    """With thinking ``enabled``, the assistant message of the tool loop in progress (the last
+    one, answered by the final user message's tool results) must start with its thinking."""
+    thinking = body.get("thinking")
+    messages = body.get("messages")
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return []
+    turns = _conversation(messages if isinstance(messages, list) else [])
+    if len(turns) < 2 or not _ids(turns[-1][1], "tool_result", "tool_use_id"):
+        return []
+    index, assistant = turns[-2]
+    blocks = _blocks(assistant)
+    if _role(assistant) != "assistant" or not blocks:
+        return []
+    first = blocks[0].get("type") if isinstance(blocks[0], dict) else "text"
+    if first in ("thinking", "redacted_thinking"):
+        return []
+    return [("missing_thinking", _MISSING_THINKING.format(index=index, found=first))]
+
+
 def request_problems(body: dict[str, Any], signer: ThinkingSigner) -> list[Problem]:
     """Every rule the request breaks, in the order the provider reports them."""
     problems: list[Problem] = []
@@ -179,4 +221,5 @@ def request_problems(body: dict[str, Any], signer: ThinkingSigner) -> list[Probl
         problems.append(("too_many_breakpoints", breakpoints))
     problems.extend(pairing_problems(body.get("messages")))
     problems.extend(signature_problems(body.get("messages"), signer))
+    problems.extend(open_loop_problems(body))
     return problems

@@ -34,9 +34,13 @@ class Answer:
         return {**self.usage.as_dict(), "output_tokens": self.output_tokens}
 
 
-def thinking_enabled(body: dict[str, Any]) -> bool:
+def thinking_mode(body: dict[str, Any]) -> str | None:
+    """None (no thinking), "shown", or "omitted" (``display: omitted``: the block keeps its
+    signature but not its text, as Claude Code asks)."""
     thinking = body.get("thinking")
-    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "adaptive"):
+        return None
+    return "omitted" if thinking.get("display") == "omitted" else "shown"
 
 
 def _tool_use(call: dict[str, Any], next_id: Callable[[], str]) -> dict[str, Any]:
@@ -56,12 +60,13 @@ def _default_thinking(reply: Reply) -> str:
 
 
 def content_blocks(
-    reply: Reply, *, thinking: bool, signer: ThinkingSigner, next_id: Callable[[], str]
+    reply: Reply, *, thinking: str | None, signer: ThinkingSigner, next_id: Callable[[], str]
 ) -> list[dict[str, Any]]:
     """Thinking (when the request enables it), then text, then the tool calls."""
     blocks: list[dict[str, Any]] = []
-    if thinking:
+    if thinking is not None:
         text = reply.reasoning_content or _default_thinking(reply)
+        text = "" if thinking == "omitted" else text
         blocks.append({"type": "thinking", "thinking": text, "signature": signer.sign(text)})
     if reply.content or not reply.tool_calls:
         blocks.append({"type": "text", "text": reply.content or ""})

@@ -18,7 +18,7 @@ from typing import Any
 
 import uvicorn
 
-from .anthropic_api import MessagesAPI, is_messages_path, is_root
+from .anthropic_api import MessagesAPI, is_messages_path
 from .behaviours import ChatTurn, perform
 from .connection import Receive, Scope, Send, SimH11Protocol, read_body
 from .dialects import overflow_error, tool_pairing_problems
@@ -278,7 +278,7 @@ class Simulator:
         rec, parse_error = self._record(scope, await read_body(receive))
         exchange = Exchange(scope, receive, send, rec)
         norm = rec.path.rstrip("/") or "/"
-        if is_messages_path(norm) or is_root(norm):
+        if self.messages_api.serves(rec, norm):
             await self.messages_api.handle(exchange, norm)
         elif not self._authorized(rec.headers):
             await send_auth_error(exchange)
