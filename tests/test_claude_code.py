@@ -18,7 +18,8 @@ from tests.simulator import ModelSpec, Simulator
 from tests.simulator.agent import ScriptedAgent
 from tests.simulator.anthropic_prompt import count_messages_tokens
 
-MODEL = "claude-sim-16k"
+# A model name this CLI sends thinking "enabled" to, so signed thinking blocks cross ctxgate.
+MODEL = "claude-sonnet-4-5"
 WINDOW = 16_384
 TURNS = 22
 
@@ -65,6 +66,13 @@ def test_claude_code_runs_through_ctxgate(tmp_path: Path) -> None:
     assert not problems, problems[:3]
     assert sum(1 for r in turns if r.outcome == "reply") >= TURNS
     assert summaries, "no compression happened"
+    assert any(
+        block.get("type") == "thinking"
+        for rec in turns
+        for message in rec.messages
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+    ), "no signed thinking block crossed ctxgate"
     assert max(r.prompt_tokens or 0 for r in turns) <= WINDOW
     assert report["billed_prompt_tokens"] < report["uncompressed_prompt_tokens"]
     assert report["cache_read_after_compression"] > 0
