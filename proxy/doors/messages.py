@@ -23,23 +23,6 @@ from proxy.frontdoor import Usage, WireRequest
 from proxy.overflow import Overflow, classify_overflow
 
 
-class MessagesWatch(events.MessagesWatch):
-    """Usage from `message_start` (+ `message_delta`), the end at `message_stop`, `error`."""
-
-    markers: tuple[bytes, ...] = (b"message_start", b"message_delta", b"message_stop", b"error")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.usage: Usage | None = None
-
-    def inspect(self, data: bytes) -> bool:
-        keep = super().inspect(data)
-        figures = self.figures
-        if figures is not None:
-            self.usage = Usage(*figures)
-        return keep
-
-
 class MessagesDoor:
     api: str = "messages"
     paths: tuple[str, ...] = ("/v1/messages", "/messages")
@@ -77,11 +60,10 @@ class MessagesDoor:
         return orjson.dumps(body)
 
     def usage(self, answer: bytes) -> Usage | None:
-        figures = events.answer_figures(answer)
-        return Usage(*figures) if figures is not None else None
+        return events.answer_usage(answer)
 
-    def watch(self, request: WireRequest) -> MessagesWatch:
-        return MessagesWatch()
+    def watch(self, request: WireRequest) -> events.MessagesWatch:
+        return events.MessagesWatch()
 
     def stream_error(self, data: bytes) -> int | None:
         return events.error_status(data)

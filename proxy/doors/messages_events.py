@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
+from proxy.frontdoor import Usage
 
 # The API's error types and the statuses it sends them with.
 ERROR_STATUS = {
@@ -30,8 +31,8 @@ _STATUS_TYPE = {status: kind for kind, status in ERROR_STATUS.items()}
 _PREAMBLE = frozenset({"message_start", "ping"})
 
 
-def prompt_figures(usage: Any) -> tuple[int, int | None] | None:
-    """(prompt tokens, output tokens) from a Messages `usage` object; None when it has none."""
+def usage_of(usage: Any) -> Usage | None:
+    """The prompt and output figures of a Messages `usage` object; None when it has none."""
     if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
         return None
     prompt = sum(
@@ -40,12 +41,12 @@ def prompt_figures(usage: Any) -> tuple[int, int | None] | None:
         if isinstance(value := usage.get(key), int)
     )
     output = usage.get("output_tokens")
-    return prompt, output if isinstance(output, int) else None
+    return Usage(prompt, output if isinstance(output, int) else None)
 
 
-def answer_figures(answer: bytes) -> tuple[int, int | None] | None:
+def answer_usage(answer: bytes) -> Usage | None:
     data = _object(answer)
-    return prompt_figures(data.get("usage")) if data is not None else None
+    return usage_of(data.get("usage")) if data is not None else None
 
 
 def _object(data: bytes) -> dict[str, Any] | None:
@@ -93,17 +94,15 @@ def error_event(message: str, status: int = 500) -> bytes:
 
 
 class MessagesWatch:
-    """Notes usage, the end and errors of one upstream Messages stream."""
+    """Usage from `message_start` (output from `message_delta`), the end at `message_stop`,
+    a failure at `error`."""
+
+    markers: tuple[bytes, ...] = (b"message_start", b"message_delta", b"message_stop", b"error")
 
     def __init__(self) -> None:
-        self._prompt: int | None = None
-        self._output: int | None = None
+        self.usage: Usage | None = None
         self.finished = False
         self.failed: str | None = None
-
-    @property
-    def figures(self) -> tuple[int, int | None] | None:
-        return None if self._prompt is None else (self._prompt, self._output)
 
     def preamble(self, data: bytes) -> bool:
         return is_preamble(data)
@@ -113,14 +112,12 @@ class MessagesWatch:
         if kind == "message_start":
             parsed = _object(data) or {}
             message = parsed.get("message")
-            figures = prompt_figures(message.get("usage") if isinstance(message, dict) else None)
-            if figures is not None:
-                self._prompt, self._output = figures
-        elif kind == "message_delta":
+            self.usage = usage_of(message.get("usage") if isinstance(message, dict) else None)
+        elif kind == "message_delta" and self.usage is not None:
             usage = (_object(data) or {}).get("usage")
             output = usage.get("output_tokens") if isinstance(usage, dict) else None
             if isinstance(output, int):
-                self._output = output
+                self.usage = Usage(self.usage.prompt_tokens, output)
         elif kind == "message_stop":
             self.finished = True
         elif kind == "error":
@@ -162,11 +159,11 @@ def summary_reply(answer: bytes) -> SummaryReply:
         for block in content
         if isinstance(block, dict) and block.get("type") == "text"
     )
-    figures = prompt_figures(data.get("usage")) if data is not None else None
+    usage = usage_of(data.get("usage")) if data is not None else None
     stop = data.get("stop_reason") if data is not None else None
     return SummaryReply(
         text=text,
         finish_reason="length" if stop == "max_tokens" else "stop",
-        prompt_tokens=figures[0] if figures else None,
-        completion_tokens=figures[1] if figures else None,
+        prompt_tokens=usage.prompt_tokens if usage else None,
+        completion_tokens=usage.completion_tokens if usage else None,
     )

@@ -283,22 +283,29 @@ def test_overflow_is_recovered_before_the_first_byte(
     settings = _settings(anthropic_sim, db_path)
     with ProxyServer(settings) as proxy:
         agent = Agent(proxy, model, stream=True)
-        agent.messages.extend(_filler(12))
+        agent.messages.extend(_filler(12, anthropic_sim))
         assert agent.turn()
     outcomes = [r.outcome for r in _messages(anthropic_sim)]
     assert outcomes[0] == "overflow" and outcomes[-1] == "reply"
 
 
-def _filler(rounds: int) -> list[dict[str, Any]]:
+def _filler(rounds: int, sim: Simulator) -> list[dict[str, Any]]:
+    """Earlier tool rounds, each with a thinking block the provider signed."""
     out: list[dict[str, Any]] = []
     for n in range(rounds):
+        thought = f"Round {n}: read f{n}."
+        thinking = {
+            "type": "thinking",
+            "thinking": thought,
+            "signature": sim.messages_api.signer.sign(thought),
+        }
         call = {
             "type": "tool_use",
             "id": f"toolu_fill{n}",
             "name": "Bash",
             "input": {"command": f"cat f{n}"},
         }
-        out.append({"role": "assistant", "content": [call]})
+        out.append({"role": "assistant", "content": [thinking, call]})
         out.append(
             {
                 "role": "user",

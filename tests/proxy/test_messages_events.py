@@ -10,13 +10,14 @@ import pytest
 from compression.engine import SummaryCall, SummaryCallError
 from proxy.doors.messages_events import (
     MessagesWatch,
-    answer_figures,
+    answer_usage,
     error_body,
     error_event,
     error_status,
     summary_body,
     summary_reply,
 )
+from proxy.frontdoor import Usage
 from proxy.overflow import classify_overflow
 
 
@@ -58,7 +59,7 @@ def test_watch_sums_the_prompt_figure_and_sees_the_end() -> None:
     assert not watch.preamble(DELTA)
     for event in (START, data({"type": "ping"}), b"", DELTA):
         assert watch.inspect(event)
-    assert watch.figures == (4312, 42) and not watch.finished
+    assert watch.usage == Usage(4312, 42) and not watch.finished
     watch.inspect(data({"type": "message_stop"}))
     assert watch.finished and watch.failed is None
 
@@ -72,8 +73,8 @@ def test_watch_notes_an_error_event() -> None:
 
 def test_usage_of_a_whole_answer() -> None:
     answer = data({"type": "message", "usage": {"input_tokens": 7, "output_tokens": 3}})
-    assert answer_figures(answer) == (7, 3)
-    assert answer_figures(b"not json") is None
+    assert answer_usage(answer) == Usage(7, 3)
+    assert answer_usage(b"not json") is None
 
 
 def test_stream_errors_have_the_status_of_their_type() -> None:
