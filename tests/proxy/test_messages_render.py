@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any, cast
 
 import orjson
+import pytest
 
 from compression.types import Message
 from proxy.doors.messages import MessagesDoor
 from proxy.doors.messages_cache import breakpoints
+from proxy.doors.messages_request import session_hint
+from proxy.errors import BadRequest
 
 MARK = {"type": "ephemeral"}
 SYSTEM = [
@@ -82,3 +85,38 @@ def test_overflow_recovery_lowers_max_tokens_only() -> None:
     sent = orjson.loads(DOOR.render(request, request.messages, 4000))
     assert sent["max_tokens"] == 4000
     assert sent["messages"] == orjson.loads(request.raw)["messages"]
+
+
+@pytest.mark.parametrize(
+    ("user_id", "hint"),
+    [
+        ('{"device_id": "d1", "session_id": "0b1c-22"}', "0b1c-22"),
+        ("user_ab12_account_9f8e_session_1234abcd-5678-90ef", "1234abcd-5678-90ef"),
+        ('{"device_id": "d1"}', None),
+        ("", None),
+    ],
+)
+def test_session_hint_from_metadata_user_id(user_id: str, hint: str | None) -> None:
+    assert session_hint({"user_id": user_id}) == hint
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": []}, "model"),
+        ({"model": "m", "messages": {}}, "messages"),
+        ({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+        ({"model": "m", "messages": [{"role": "user", "content": 3}]}, "messages.0.content"),
+        ({"model": "m", "messages": [], "max_tokens": 0}, "max_tokens"),
+        ({"model": "m", "messages": [], "stream": "yes"}, "stream"),
+    ],
+)
+def test_malformed_bodies_name_the_field(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        DOOR.parse(orjson.dumps(body))
+    assert caught.value.param == param
+
+
+def test_a_body_without_messages_passes_through() -> None:
+    request = DOOR.parse(b'{"model": "m", "messages": [], "max_tokens": 5}')
+    assert request.passthrough == "no messages"
