@@ -384,20 +384,3 @@ def _with_blocks(message: WireMessage, kept: list[dict[str, Any]], note: str) ->
     changed = cast(WireMessage, dict(message))
     changed["content"] = kept
     return changed
-
-
-def tools_as_chat(tools: Any) -> list[dict[str, Any]] | None:
-    """Anthropic tool definitions in chat shape, for counting their tokens."""
-    if not isinstance(tools, list):
-        return None
-    out: list[dict[str, Any]] = []
-    for tool in tools:
-        if not isinstance(tool, dict):
-            continue
-        function = {
-            "name": tool.get("name", ""),
-            "description": tool.get("description", ""),
-            "parameters": tool.get("input_schema", {}),
-        }
-        out.append({"type": "function", "function": function})
-    return out

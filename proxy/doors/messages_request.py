@@ -13,7 +13,7 @@ from typing import Any, cast
 import orjson
 
 from compression.types import Message, ToolSchema
-from proxy.doors.messages_blocks import WireMessage, to_chat, tools_as_chat
+from proxy.doors.messages_blocks import WireMessage, to_chat
 from proxy.errors import BadRequest
 
 _ROLES = frozenset({"user", "assistant", "system"})
@@ -115,3 +115,20 @@ def session_hint(metadata: Any) -> str | None:
         return value.strip()[:_MAX_ID] if isinstance(value, str) and value.strip() else None
     match = _SESSION_IN_USER_ID.search(user_id)
     return match.group(1)[:_MAX_ID] if match else None
+
+
+def tools_as_chat(tools: Any) -> list[dict[str, Any]] | None:
+    """Anthropic tool definitions in chat shape, for counting their tokens."""
+    if not isinstance(tools, list):
+        return None
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        function = {
+            "name": tool.get("name", ""),
+            "description": tool.get("description", ""),
+            "parameters": tool.get("input_schema", {}),
+        }
+        out.append({"type": "function", "function": function})
+    return out

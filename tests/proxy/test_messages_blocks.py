@@ -19,8 +19,8 @@ from proxy.doors.messages_blocks import (
     render_view,
     to_chat,
     to_wire,
-    tools_as_chat,
 )
+from proxy.doors.messages_request import tools_as_chat
 
 SYSTEM = [
     {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
