@@ -193,6 +193,9 @@ def test_two_requests_sharing_a_prefix_read_it_from_the_cache(
     assert first.usage.cache_read_input_tokens == 0
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
     assert second.usage.cache_creation_input_tokens == 0
+    assert first.usage.cache_creation is not None
+    five_minutes = first.usage.cache_creation.ephemeral_5m_input_tokens
+    assert five_minutes == first.usage.cache_creation_input_tokens
     for answer, rec in zip((first, second), sim.messages_requests, strict=True):
         u = answer.usage
         total = u.input_tokens + (u.cache_creation_input_tokens or 0)

@@ -76,6 +76,8 @@ def test_claude_code_runs_twenty_tool_rounds_against_the_simulator(
     assert len(turns) == ROUNDS + 1
     assert len(tool_results(turns)) >= 20
     assert all(r.status == 200 and r.problems == [] for r in turns)
+    last = turns[-1].messages[-1]["content"][0]
+    assert last["type"] == "tool_result" and "line 21001 of the listing" in str(last["content"])
     first = turns[0]
     session = first.headers["x-claude-code-session-id"]
     assert json.loads(first.body["metadata"]["user_id"])["session_id"] == session

@@ -55,12 +55,16 @@ class ClaudeCode:
     """One installed ``claude`` binary and how to run it headless.
 
     tools        ``--tools`` value ("Bash" keeps the schema small; "default" for every tool)
+    allowed      ``--allowedTools``: the tools that run without asking (the rest are denied)
+    output       ``--output-format``: "text" (the answer), "json" (result, num_turns, usage)
     auth         "x-api-key" (ANTHROPIC_API_KEY) or "bearer" (ANTHROPIC_AUTH_TOKEN)
     extra_env    more environment variables (e.g. ENABLE_TOOL_SEARCH)
     """
 
     binary: Path = BINARY
     tools: str = "Bash"
+    allowed: str = "Bash"
+    output: str = "text"
     auth: str = "x-api-key"
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -110,12 +114,12 @@ class ClaudeCode:
             # Pre-approve the tools instead of --dangerously-skip-permissions, which the CLI
             # refuses to run as root (CI containers); "dontAsk" denies anything else unasked.
             "--allowedTools",
-            self.tools,
+            self.allowed,
             "--permission-mode",
             "dontAsk",
             "--no-session-persistence",
             "--output-format",
-            "text",
+            self.output,
         ]
 
     def run(

@@ -33,6 +33,19 @@ class Answer:
     def usage_dict(self) -> dict[str, Any]:
         return {**self.usage.as_dict(), "output_tokens": self.output_tokens}
 
+    def wire_usage(self, output_tokens: int) -> dict[str, Any]:
+        """Usage as the API sends it: the split by cache lifetime (all 5-minute here) too."""
+        creation = self.usage.cache_creation_input_tokens
+        return {
+            **self.usage.as_dict(),
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": creation,
+                "ephemeral_1h_input_tokens": 0,
+            },
+            "output_tokens": output_tokens,
+            "service_tier": "standard",
+        }
+
 
 def thinking_mode(body: dict[str, Any]) -> str | None:
     """None (no thinking), "shown", or "omitted" (``display: omitted``: the block keeps its
@@ -101,7 +114,7 @@ def message_object(answer: Answer) -> dict[str, Any]:
         "content": answer.content,
         "stop_reason": answer.stop_reason,
         "stop_sequence": None,
-        "usage": {**answer.usage_dict(), "service_tier": "standard"},
+        "usage": answer.wire_usage(answer.output_tokens),
     }
 
 
@@ -142,7 +155,7 @@ def start_event(answer: Answer) -> Event:
         **message_object(answer),
         "content": [],
         "stop_reason": None,
-        "usage": {**answer.usage.as_dict(), "output_tokens": 1, "service_tier": "standard"},
+        "usage": answer.wire_usage(1),
     }
     return "message_start", {"type": "message_start", "message": message}
 
