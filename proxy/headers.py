@@ -50,11 +50,13 @@ def upstream_request_headers(
     items = list(client)
     drop = _REQUEST_DROP | _connection_named(items)
     out: dict[str, str] = {}
-    authorization = None
+    authorization = api_key = None
     for name, value in items:
         lower = name.lower()
         if lower == "authorization":
             authorization = value
+        elif lower == "x-api-key":
+            api_key = value
         if lower in drop or lower.startswith(("x-stainless-", "x-ctxgate-")):
             continue
         out[lower] = value
@@ -66,6 +68,9 @@ def upstream_request_headers(
         out["authorization"] = f"Bearer {upstream.api_key}"
     elif authorization is not None:
         out["authorization"] = authorization
+    elif api_key is not None:
+        # The client's own key, in the header it chose (Anthropic clients send x-api-key).
+        out["x-api-key"] = api_key
     return out
 
 

@@ -17,6 +17,7 @@ from proxy.doors import BY_PATH
 from proxy.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.headers import upstream_request_headers
 from proxy.identity import scope_for
+from proxy.token_count import count_tokens
 from storage import SessionKey, StorageError
 
 if TYPE_CHECKING:
@@ -64,6 +65,22 @@ async def chat_completions(request: Request) -> Response:
     headers = header_dict(request.scope["headers"])
     raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)
     return await services.gateway.serve(BY_PATH[request.url.path], headers, raw)
+
+
+@router.post("/v1/messages/count_tokens", include_in_schema=True)
+@router.post("/messages/count_tokens", include_in_schema=False)
+async def messages_count_tokens(request: Request) -> Response:
+    """Anthropic's token count: the upstream's, else ctxgate's count of the view it would send."""
+    services = services_of(request)
+    headers = header_dict(request.scope["headers"])
+    raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)
+    return await count_tokens(services.gateway, headers, raw)
+
+
+@router.head("/", include_in_schema=False)
+async def root_probe() -> Response:
+    """Claude Code probes `HEAD /` before its first request."""
+    return Response(status_code=200)
 
 
 @router.get("/v1/models")

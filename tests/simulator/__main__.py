@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import Any
 
+from .agent import ScriptedAgent
 from .models import DIALECTS, ModelSpec, Received
 from .server import Simulator
 
@@ -55,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="reject broken tool-call pairing with OpenAI's 400",
     )
+    parser.add_argument(
+        "--agent-turns",
+        type=int,
+        default=None,
+        metavar="K",
+        help="answer like an agent: K shell-tool rounds, then a final text (ScriptedAgent)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print one line per request")
     args = parser.parse_args(argv)
 
@@ -75,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
     )
+    if args.agent_turns is not None:
+        sim.responder = ScriptedAgent(turns=args.agent_turns)
     if args.verbose:
 
         def log(rec: Received) -> None:

@@ -50,6 +50,8 @@ class ModelSpec:
                       any other; "event": HTTP 200, then the error body as the stream's one
                       event (how OpenRouter, Anthropic and the Responses API report it)
     image_max_bytes, image_max_px  refuse an inline image over these, in the dialect's words
+    cache_min_tokens  Messages prompt caching: a breakpoint prefix shorter than this is not
+                      cached (the real minimum is 1024 or more, per model)
     """
 
     window: int
@@ -63,6 +65,7 @@ class ModelSpec:
     stream_errors: str = "status"
     image_max_bytes: int | None = None  # inline images over this many bytes are refused
     image_max_px: int | None = None  # inline images whose longer side exceeds this are refused
+    cache_min_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.stream_errors not in ("status", "event"):
@@ -186,6 +189,7 @@ class Received:
     problems: list[str] = field(default_factory=list)  # tool-pairing violations found in messages
     status: int | None = None  # HTTP status sent (None: connection dropped / not answered yet)
     outcome: str = "pending"  # reply|overflow|fail|hang|disconnect|stream_error|client_gone|...
+    usage: dict[str, Any] | None = None  # the usage a Messages answer reported (cache figures)
 
     @property
     def model(self) -> str | None:
@@ -204,3 +208,8 @@ class Received:
     @property
     def is_chat(self) -> bool:
         return self.path.rstrip("/").endswith("/chat/completions")
+
+    @property
+    def is_messages(self) -> bool:
+        """A Messages API turn (``/v1/messages``; count_tokens is not one)."""
+        return self.path.rstrip("/").endswith("/messages")

@@ -18,6 +18,7 @@ from typing import Any
 
 import uvicorn
 
+from .anthropic_api import MessagesAPI, is_messages_path
 from .behaviours import ChatTurn, perform
 from .connection import Receive, Scope, Send, SimH11Protocol, read_body
 from .dialects import overflow_error, tool_pairing_problems
@@ -81,6 +82,7 @@ class Simulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing: asyncio.Event | None = None
         self._thread_error: BaseException | None = None
+        self.messages_api = MessagesAPI(self)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Simulator:
@@ -222,6 +224,7 @@ class Simulator:
             self._queue.clear()
             self._completion_ids = itertools.count(1)
             self._call_ids = itertools.count(1)
+        self.messages_api.reset()
 
     @property
     def received(self) -> list[Received]:
@@ -232,6 +235,10 @@ class Simulator:
     @property
     def chat_requests(self) -> list[Received]:
         return [r for r in self.received if r.is_chat]
+
+    @property
+    def messages_requests(self) -> list[Received]:
+        return [r for r in self.received if r.is_messages]
 
     @property
     def summary_requests(self) -> list[Received]:
@@ -272,7 +279,9 @@ class Simulator:
         rec, parse_error = self._record(scope, await read_body(receive))
         exchange = Exchange(scope, receive, send, rec)
         norm = rec.path.rstrip("/") or "/"
-        if not self._authorized(rec.headers):
+        if self.messages_api.serves(rec, norm):
+            await self.messages_api.handle(exchange, norm)
+        elif not self._authorized(rec.headers):
             await send_auth_error(exchange)
         elif is_models_path(norm):
             await send_models(exchange, self.models, norm)
@@ -294,6 +303,8 @@ class Simulator:
         body = rec.body
         if rec.is_chat and isinstance(body, dict) and isinstance(body.get("messages"), list):
             self._inspect_chat(rec, body)
+        elif is_messages_path(rec.path.rstrip("/")):
+            self.messages_api.inspect(rec)
         with self._lock:
             self._received.append(rec)
         if self.on_request is not None:
@@ -324,10 +335,8 @@ class Simulator:
         if overflow is not None:
             await exchange.send_fail(overflow, outcome=outcome)
             return
-        with self._lock:
-            scripted = self._queue.popleft() if self._queue else None
         try:
-            behaviour = scripted if scripted is not None else await self._respond(body)
+            behaviour = await self.behaviour_for(body)
         except Exception as exc:
             tb = traceback.format_exc()
             logging.getLogger(__name__).error("simulator responder failed:\n%s", tb)
@@ -348,6 +357,19 @@ class Simulator:
             call_id=self._next_call_id,
             chunk_delay_s=lambda: self.chunk_delay_s,
         )
+
+    async def behaviour_for(self, body: dict[str, Any], *, scripted: bool = True) -> Behaviour:
+        """The next queued behaviour (unless ``scripted`` is False), else the responder's."""
+        if scripted:
+            with self._lock:
+                queued = self._queue.popleft() if self._queue else None
+            if queued is not None:
+                return queued
+        return await self._respond(body)
+
+    @property
+    def closing_event(self) -> asyncio.Event | None:
+        return self._closing
 
     async def _respond(self, body: dict[str, Any]) -> Behaviour:
         if self.responder is not None:
