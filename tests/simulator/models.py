@@ -189,3 +189,8 @@ class Received:
     @property
     def is_chat(self) -> bool:
         return self.path.rstrip("/").endswith("/chat/completions")
+
+    @property
+    def is_responses(self) -> bool:
+        norm = self.path.rstrip("/")
+        return norm.endswith("/responses") or "/responses/" in norm

@@ -33,6 +33,7 @@ from .endpoints import (
 from .exchange import Exchange, parse_request
 from .models import Behaviour, Disconnect, Fail, Hang, ModelSpec, Received, Reply, StreamError
 from .replies import default_reply, is_summary_request
+from .responses_api import ResponsesAPI
 from .tokens import count_prompt_tokens, get_encoding
 
 Responder = Callable[[dict[str, Any]], Any]
@@ -73,6 +74,7 @@ class Simulator:
         self._queue: deque[Behaviour] = deque()
         self._completion_ids = itertools.count(1)
         self._call_ids = itertools.count(1)
+        self.responses = ResponsesAPI(self)
 
         self._thread: threading.Thread | None = None
         self._server: uvicorn.Server | None = None
@@ -221,6 +223,7 @@ class Simulator:
             self._queue.clear()
             self._completion_ids = itertools.count(1)
             self._call_ids = itertools.count(1)
+        self.responses.clear()
 
     @property
     def received(self) -> list[Received]:
@@ -231,6 +234,10 @@ class Simulator:
     @property
     def chat_requests(self) -> list[Received]:
         return [r for r in self.received if r.is_chat]
+
+    @property
+    def responses_requests(self) -> list[Received]:
+        return [r for r in self.received if r.is_responses]
 
     @property
     def summary_requests(self) -> list[Received]:
@@ -277,6 +284,8 @@ class Simulator:
             await send_models(exchange, self.models, norm)
         elif norm == "/health":
             await exchange.send_json(200, {"status": "ok"}, outcome="reply")
+        elif rec.is_responses:
+            await self.responses.handle(exchange, parse_error)
         elif not rec.is_chat:
             await send_unknown_url(exchange)
         else:
@@ -293,6 +302,8 @@ class Simulator:
         body = rec.body
         if rec.is_chat and isinstance(body, dict) and isinstance(body.get("messages"), list):
             self._inspect_chat(rec, body)
+        elif rec.is_responses:
+            self.responses.inspect(rec)
         with self._lock:
             self._received.append(rec)
         if self.on_request is not None:
