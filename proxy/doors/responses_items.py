@@ -69,23 +69,31 @@ def group_items(items: Sequence[Any]) -> list[list[Any]]:
     """Consecutive items split into the groups described in the module doc."""
     groups: list[list[Any]] = []
     turn_open = False  # the last group is an assistant turn still taking items
+    pending: set[Any] = set()  # calls of the last turn whose output has not come yet
     for item in items:
         kind = item_kind(item)
-        if kind in ("reasoning", "call", "turn") or (
-            kind == "message" and item.get("role") == "assistant"
-        ):
-            if turn_open:
-                groups[-1].append(item)
-            else:
-                groups.append([item])
-                turn_open = True
-        elif kind in ("output", "message"):
+        if kind == "output":
             groups.append([item])
+            pending.discard(output_key(item))
             turn_open = False
-        elif groups:
+        elif kind == "message" and item.get("role") != "assistant":
+            groups.append([item])
+            pending.clear()
+            turn_open = False
+        elif turn_open and kind != "opaque":
             groups[-1].append(item)
+            if kind == "call":
+                pending.add(item["call_id"])
+        elif kind in ("reasoning", "turn", "opaque") and groups and (pending or kind == "opaque"):
+            # Between the outputs of a turn's calls: a new assistant message here would cut
+            # the outputs after it from their calls, so the item rides with the one before.
+            groups[-1].append(item)
+        elif kind == "opaque":
+            groups.append([item])
         else:
             groups.append([item])
+            pending = {item["call_id"]} if kind == "call" else set()
+            turn_open = True
     return groups
 
 
