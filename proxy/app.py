@@ -24,10 +24,12 @@ from proxy.admin import router as admin_router
 from proxy.auth import Authenticator
 from proxy.compaction import Compactor
 from proxy.conversations import Conversations
+from proxy.doors import BY_PATH
 from proxy.errors import BadRequest, ProxyError, error_response
+from proxy.frontdoor import FrontDoor
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
-from proxy.routes import CHAT_PATHS, header_dict, read_body, router
+from proxy.routes import header_dict, read_body, router
 from proxy.settings import Settings
 from proxy.upstream import Upstream, new_http_transport
 from storage import SessionLocks, SessionStore
@@ -147,7 +149,8 @@ async def on_proxy_error(request: Request, exc: Exception) -> Response:
     services = getattr(request.app.state, "services", None)
     if services is not None:
         services.metrics.error(exc.status_code)
-    return error_response(exc)
+    door = BY_PATH.get(request.url.path)
+    return error_response(exc, envelope=door.error_body if door is not None else None)
 
 
 async def on_validation_error(request: Request, exc: Exception) -> Response:
@@ -172,28 +175,29 @@ async def on_unexpected(request: Request, exc: Exception) -> Response:
 
 
 class CtxgateApp(FastAPI):
-    """FastAPI, except that chat completions skip its router and middleware stack.
+    """FastAPI, except that the front doors' POST routes skip its router and middleware stack.
 
-    Every request of an agent goes through that one route; FastAPI's dispatch (a dozen
+    Every request of an agent goes through one of those routes; FastAPI's dispatch (a dozen
     middleware and routing layers, a Request object, header lookups that decode the raw list
-    each time) costs a few hundred microseconds of it. The route stays declared for the
-    OpenAPI schema; errors map through the same handlers.
+    each time) costs a few hundred microseconds of it. Errors map through the same handlers.
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in CHAT_PATHS:
-            scope["app"] = self
-            await self._chat(scope, receive, send)
-            return
+        if scope["type"] == "http" and scope["method"] == "POST":
+            door = BY_PATH.get(scope["path"])
+            if door is not None:
+                scope["app"] = self
+                await self._serve(door, scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
-    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(self, door: FrontDoor, scope: Scope, receive: Receive, send: Send) -> None:
         services: Services = self.state.services
         try:
             headers = header_dict(scope["headers"])
             limit = services.settings.server.max_body_bytes
             raw = await read_body(headers, receive, limit)
-            response = await services.gateway.chat(headers, raw)
+            response = await services.gateway.serve(door, headers, raw)
         except ClientDisconnect:
             return  # gone before its request was complete: nobody to answer
         except ProxyError as exc:

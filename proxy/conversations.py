@@ -23,14 +23,15 @@ from compression.state import blocked_reason, record_real_usage
 from compression.thresholds import Limits, limits_for
 from compression.tokens import counter_for_model
 from compression.types import Message
-from proxy.chat_request import ChatRequest
 from proxy.compaction import Attempt, Compactor
+from proxy.doors import summary_door
+from proxy.frontdoor import FrontDoor, Usage, WireRequest
 from proxy.headers import upstream_request_headers
 from proxy.identity import Identity
 from proxy.overflow import Overflow
 from proxy.pressure import decide, estimate_view
 from proxy.settings import ModelRule, Settings
-from proxy.summarizer import UpstreamSummarizer
+from proxy.summarizer import UpstreamSummarizer, summary_route
 from proxy.turn import Turn
 from proxy.upstream import Upstream
 from storage import SessionKey, SessionRecord, SessionStore, StorageError, UsageRecord
@@ -40,6 +41,8 @@ log = logging.getLogger("ctxgate.conversations")
 _MAX_CHILD_HOPS = 64
 _REMEMBERED_TURNS = 2048
 _MIN_MAX_TOKENS = 16
+# The client's credential travels with the summary call when no upstream key replaces it.
+_SUMMARY_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "anthropic-version"})
 
 
 class Conversations:
@@ -84,13 +87,14 @@ class Conversations:
 
     def summarizer(self, turn: Turn) -> Summarizer:
         summary = self.settings.compression.summary
-        upstream = turn.upstream if summary.upstream == "auto" else self.upstreams[summary.upstream]
-        model = turn.request.model if summary.model == "auto" else summary.model
-        headers = upstream_request_headers(
-            [(k, v) for k, v in turn.client_headers.items() if k == "authorization"],
-            upstream.settings,
+        upstream, model = summary_route(
+            summary, self.upstreams, turn.rule.upstream, turn.request.model
         )
-        return UpstreamSummarizer(upstream, model, headers, summary.timeout_s)
+        forwarded = [(k, v) for k, v in turn.client_headers.items() if k in _SUMMARY_HEADERS]
+        headers = upstream_request_headers(forwarded, upstream.settings)
+        door = summary_door(upstream.settings.apis, turn.door)
+        timeout_s = self.settings.compression.summary.timeout_s
+        return UpstreamSummarizer(upstream, door, model, headers, timeout_s)
 
     def summary_token_ratio(self, turn: Turn) -> float | None:
         """Summary-model tokens per token we count, when the summary model is the request's
@@ -145,14 +149,16 @@ class Conversations:
     # ---- request path --------------------------------------------------------------------
     async def prepare(
         self,
+        door: FrontDoor,
         ident: Identity,
-        request: ChatRequest,
+        request: WireRequest,
         rule: ModelRule,
         headers: Mapping[str, str],
     ) -> Turn:
         key, session = await self._session(SessionKey(ident.scope, ident.session_id))
         learned = self.windows.get(request.model)
         turn = Turn(
+            door=door,
             ident=ident,
             key=key,
             request=request,
@@ -165,6 +171,8 @@ class Conversations:
             view=request.messages,
             started_at=self.clock(),
         )
+        if request.passthrough:
+            return turn  # the history lives on the provider: nothing here to compress
         if session is not None and session.compression_count > 0:
             await self.compactor.apply_checkpoint(turn)
         last = self.last_turns.get(key)
@@ -248,11 +256,13 @@ class Conversations:
             log.warning("could not persist the learned window of %s: %s", model, exc)
 
     # ---- after the response --------------------------------------------------------------
-    def after_response(self, turn: Turn, usage: Mapping[str, Any] | None) -> None:
+    def after_response(self, turn: Turn, usage: Usage | None) -> None:
         """Record usage (write-behind) and start a background compression when due."""
+        if turn.request.passthrough:
+            return
         model = turn.request.model
-        real = _int_or_none(usage.get("prompt_tokens")) if usage else None
-        completion = _int_or_none(usage.get("completion_tokens")) if usage else None
+        real = usage.prompt_tokens if usage else None
+        completion = usage.completion_tokens if usage else None
         if real is not None and turn.estimate:
             self.calibrations[model] = self.calibration(model).observe(real, turn.estimate)
         prompt = real
@@ -350,10 +360,6 @@ class Conversations:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _extends(view: list[Message], earlier: list[Message]) -> bool:

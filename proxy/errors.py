@@ -15,7 +15,7 @@ Statuses the OpenAI SDK retries (408/409/429/5xx) are used only where a retry ca
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import orjson
 from starlette.responses import Response
@@ -97,11 +97,21 @@ class UpstreamStatus(ProxyError):
         return self.raw_headers
 
 
-def error_response(exc: ProxyError, extra_headers: Mapping[str, str] | None = None) -> Response:
-    """The one mapping from a ProxyError to an HTTP response."""
+def error_response(
+    exc: ProxyError,
+    extra_headers: Mapping[str, str] | None = None,
+    envelope: Callable[[ProxyError], bytes] | None = None,
+) -> Response:
+    """The one mapping from a ProxyError to an HTTP response.
+
+    `envelope` writes ctxgate's own errors in the shape of the API that was called (a front
+    door's); an upstream's error is relayed as it came, whatever the API.
+    """
     headers = {**exc.headers(), **(extra_headers or {})}
     headers.pop("content-length", None)
     headers.pop("content-type", None)
+    own = envelope is not None and not isinstance(exc, UpstreamStatus)
+    body = envelope(exc) if own and envelope is not None else exc.body()
     return Response(
-        exc.body(), status_code=exc.status_code, headers=headers, media_type="application/json"
+        body, status_code=exc.status_code, headers=headers, media_type="application/json"
     )

@@ -1,39 +1,115 @@
-"""Placeholder for the lead's front-door seam (replaced by `seam-v1` on merge)."""
+"""The seam between a wire API and ctxgate's core.
+
+A front door knows one API's shapes (Chat Completions, Responses, Anthropic Messages): it parses
+a request body into what the core needs, renders a compressed view back into that API's body,
+reads usage from answers and streams, recognises overflows and in-stream errors, and writes
+ctxgate's own errors in that API's envelope. The core (sessions, checkpoints, triggers, the
+engine, overflow recovery) sees only chat-shaped `Message`s and these values.
+
+    request = door.parse(raw)                         # WireRequest, or BadRequest
+    body = door.render(request, view, max_tokens)     # what goes upstream
+    usage = door.usage(answer) / door.watch(request)  # what the provider billed
+
+Lossless conversion: a door whose items are not chat messages keeps each item it converted
+under `ORIGINAL` in the message it produced; a message the compressor left as it was is
+rendered back as those original items, unchanged.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from compression.engine import SummaryCall, SummaryReply
 from compression.types import Message, ToolSchema
+from proxy.errors import ProxyError
+from proxy.overflow import Overflow
 
 ORIGINAL = "_ctxgate_original"
 
 
 @dataclass(frozen=True, slots=True)
 class WireRequest:
+    """One client request as the core needs it; `body` keeps every field the core ignores."""
+
     raw: bytes
     body: dict[str, Any]
     model: str
-    messages: list[Message]
+    messages: list[Message]  # the conversation as the compressor's chat-shaped messages
     stream: bool
-    max_tokens: int | None
-    tools: list[ToolSchema] | None
-    session_hint: str | None = None
-    passthrough: str | None = None
+    max_tokens: int | None  # the output reservation the client asked for
+    tools: list[ToolSchema] | None  # tool schemas in chat shape, for token counting only
+    session_hint: str | None = None  # a session id the body carries (headers come first)
+    passthrough: str | None = None  # why the request is forwarded untouched, when it is
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    prompt_tokens: int
-    completion_tokens: int | None
+    prompt_tokens: int  # the whole prompt the provider processed, cached tokens included
+    completion_tokens: int | None = None
 
 
 class StreamWatch(Protocol):
-    usage: Usage | None
-    finished: bool
-    failed: str | None
+    """Reads one upstream stream as it is relayed; one instance per stream."""
 
-    def preamble(self, data: bytes) -> bool: ...
-    def inspect(self, data: bytes) -> bool: ...
-    def error_event(self, message: str) -> bytes: ...
+    usage: Usage | None
+    finished: bool  # the stream reached its normal end
+    failed: str | None  # why the stream counts as failed (an error event, …)
+    markers: tuple[bytes, ...]  # bytes whose presence makes a stretch of events worth reading
+
+    def preamble(self, data: bytes) -> bool:
+        """True for lifecycle events that may be held back while looking for an early error."""
+        ...
+
+    def inspect(self, data: bytes) -> bool:
+        """Note what an event's data says; False drops the event from the client's stream."""
+        ...
+
+    def error_event(self, message: str) -> bytes:
+        """A complete SSE event reporting a failure on ctxgate's side, in this API's shape."""
+        ...
+
+
+class FrontDoor(Protocol):
+    api: str  # "chat", "responses", "messages": what `upstreams.NAME.apis` lists
+    paths: tuple[str, ...]  # the client paths it serves
+    upstream_path: str  # appended to the upstream's base URL
+
+    def parse(self, raw: bytes) -> WireRequest:
+        """The request, or BadRequest saying what is wrong with it."""
+        ...
+
+    def render(self, request: WireRequest, view: list[Message], max_tokens: int | None) -> bytes:
+        """The body to send upstream; `view is request.messages` when nothing was changed."""
+        ...
+
+    def usage(self, answer: bytes) -> Usage | None:
+        """What a non-streamed answer says was billed."""
+        ...
+
+    def watch(self, request: WireRequest) -> StreamWatch: ...
+
+    def stream_error(self, data: bytes) -> int | None:
+        """The HTTP status an event's data stands for when it reports an error, else None."""
+        ...
+
+    def overflow(self, status: int, body: bytes) -> Overflow | None:
+        """An `Overflow` when an error answer (or error event) means the prompt is too large."""
+        ...
+
+    def error_body(self, error: ProxyError) -> bytes:
+        """ctxgate's own error in this API's envelope."""
+        ...
+
+    def summary_body(self, call: SummaryCall, model: str) -> bytes:
+        """A summary call over this API (when the summary upstream serves it)."""
+        ...
+
+    def summary_reply(self, answer: bytes) -> SummaryReply:
+        """The summary call's answer; raises SummaryCallError when it is unreadable."""
+        ...
+
+
+def without_original(message: Message) -> dict[str, Any]:
+    """The message's chat fields, without the original items a door keeps in it."""
+    return {k: v for k, v in message.items() if k != ORIGINAL}

@@ -1,6 +1,10 @@
-"""The Chat Completions relay: one request in, one upstream call (or a few, on overflow) out.
+"""The relay every front door shares: one request in, one upstream call (or a few, on
+overflow) out.
 
-Non-streaming answers are relayed byte for byte. Streams are relayed event by event; every
+    edge (routes) → door.parse → Conversations.prepare (session, checkpoint, arrival triggers)
+    → door.render → upstream → door.usage / door.watch → Conversations.after_response
+
+Non-streaming answers are relayed byte for byte. Streams are relayed as they arrive; every
 recovery from an overflow happens before the first byte reaches the client, since after the
 200 the status can no longer change.
 """
@@ -11,7 +15,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
-from typing import Any
 
 import anyio
 import httpx
@@ -20,20 +23,18 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from proxy.auth import Authenticator
-from proxy.chat_request import parse_chat_request
 from proxy.conversations import Conversations
-from proxy.errors import NotFound, ProxyError, UpstreamStatus
+from proxy.errors import BadRequest, NotFound, ProxyError, UpstreamStatus
+from proxy.frontdoor import FrontDoor, WireRequest
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
 from proxy.metrics import Metrics
-from proxy.overflow import classify_overflow
-from proxy.settings import Settings
-from proxy.streaming import EventStreamResponse, StreamRelay, error_status
+from proxy.settings import ModelRule, Settings
+from proxy.streaming import EventStreamResponse, StreamRelay
 from proxy.turn import Turn
 
 log = logging.getLogger("ctxgate.gateway")
 
-CHAT_PATH = "/chat/completions"
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
@@ -50,21 +51,15 @@ class Gateway:
         self.auth = auth
         self.metrics = metrics
 
-    async def chat(self, headers: Mapping[str, str], raw: bytes) -> Response:
-        """Serve one `POST /v1/chat/completions`; raises ProxyError for the error handler."""
+    async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
+        """Serve one request of `door`'s API; raises ProxyError for the error handler."""
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
-        request = parse_chat_request(raw)
-        rule = self.settings.rule_for(request.model)
-        if rule is None:
-            raise NotFound(
-                f"The model '{request.model}' does not match any rule in ctxgate's config.",
-                param="model",
-                code="model_not_found",
-            )
-        ident = identify(headers, request.body, request.messages, scope_for(credential))
+        request = door.parse(raw)
+        rule = self._rule(door, request)
+        ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)
-        turn = await self.conversations.prepare(ident, request, rule, forward)
+        turn = await self.conversations.prepare(door, ident, request, rule, forward)
         self.metrics.prepared(turn, time.perf_counter() - arrived)
         if self.settings.logging.log_content:
             log.info(
@@ -77,6 +72,25 @@ class Gateway:
             return await self._stream(turn, arrived)
         return await self._complete(turn, arrived)
 
+    def _rule(self, door: FrontDoor, request: WireRequest) -> ModelRule:
+        rule = self.settings.rule_for(request.model)
+        if rule is None:
+            raise NotFound(
+                f"The model '{request.model}' does not match any rule in ctxgate's config.",
+                param="model",
+                code="model_not_found",
+            )
+        served = self.settings.upstreams[rule.upstream].apis
+        if door.api not in served:
+            raise BadRequest(
+                f"The model '{request.model}' is served by the upstream '{rule.upstream}', "
+                f"whose `upstreams.{rule.upstream}.apis` ({', '.join(served)}) does not list "
+                f"'{door.api}'; add it there if the provider serves that API.",
+                param="model",
+                code="api_not_served",
+            )
+        return rule
+
     def _upstream_headers(self, turn: Turn) -> dict[str, str]:
         return upstream_request_headers(turn.client_headers.items(), turn.upstream.settings)
 
@@ -84,7 +98,7 @@ class Gateway:
         self, turn: Turn, error: UpstreamStatus, attempt: int, body_bytes: int
     ) -> None:
         """Return when a retry may fit; otherwise raise the upstream's error with a reason."""
-        overflow = classify_overflow(error.status_code, error.raw)
+        overflow = turn.door.overflow(error.status_code, error.raw)
         if overflow is None:
             raise error
         self.metrics.overflow(turn)
@@ -100,7 +114,7 @@ class Gateway:
         while True:
             body = turn.upstream_body()
             sent = time.perf_counter()
-            response = await turn.upstream.call("POST", CHAT_PATH, body, headers)
+            response = await turn.upstream.call("POST", turn.door.upstream_path, body, headers)
             self.metrics.upstream_done(turn, sent, response.status_code)
             if response.status_code < 400:
                 break
@@ -126,7 +140,7 @@ class Gateway:
     async def _finish(self, turn: Turn, response: httpx.Response, arrived: float) -> None:
         # A coroutine: Starlette would run a plain function in a worker thread.
         try:
-            self.conversations.after_response(turn, _usage_of(response.content))
+            self.conversations.after_response(turn, turn.door.usage(response.content))
         except Exception:  # the answer is already out; nothing left to report it to
             log.exception("session bookkeeping after a response failed")
         self.metrics.finished(turn, arrived, response.status_code)
@@ -148,11 +162,11 @@ class Gateway:
             response: httpx.Response | None = None
             try:
                 response = await call.enter_async_context(
-                    turn.upstream.open_stream(CHAT_PATH, body, headers)
+                    turn.upstream.open_stream(turn.door.upstream_path, body, headers)
                 )
                 self.metrics.upstream_done(turn, sent, response.status_code)
-                relay = StreamRelay(response, hide_usage=not turn.request.client_wants_usage)
-                _raise_overflow_event(await relay.first_event(), response)
+                relay = StreamRelay(response, turn.door.watch(turn.request))
+                _raise_overflow_event(turn.door, await relay.first_event(), response)
             except UpstreamStatus as error:
                 await call.aclose()
                 if response is None:  # a status, not an event in the stream
@@ -195,27 +209,18 @@ class Gateway:
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
                 if completed and relay.failed is None:
-                    self.conversations.after_response(turn, relay.usage)
+                    self.conversations.after_response(turn, relay.watch.usage)
                 self.metrics.finished(turn, arrived, 200 if relay.failed is None else 502)
 
 
-def _raise_overflow_event(data: bytes | None, response: httpx.Response) -> None:
+def _raise_overflow_event(door: FrontDoor, data: bytes | None, response: httpx.Response) -> None:
     """Raise the stream's first event as an `UpstreamStatus` when it reports an overflow."""
     if not data:
         return
-    status = error_status(data)
-    if status is None or classify_overflow(status, data) is None:
+    status = door.stream_error(data)
+    if status is None or door.overflow(status, data) is None:
         return
     raise UpstreamStatus(status, data, client_response_headers(response.headers.items()))
-
-
-def _usage_of(raw: bytes) -> dict[str, Any] | None:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    usage = data.get("usage") if isinstance(data, dict) else None
-    return usage if isinstance(usage, dict) else None
 
 
 def _with_reason(error: UpstreamStatus, reason: str) -> ProxyError:

@@ -60,7 +60,9 @@ def upstream_request_headers(
         out[lower] = value
     out["accept-encoding"] = "identity"
     out.update({k.lower(): v for k, v in upstream.headers.items()})
-    if upstream.api_key:
+    if upstream.api_key and upstream.auth == "x-api-key":
+        out["x-api-key"] = upstream.api_key
+    elif upstream.api_key:
         out["authorization"] = f"Bearer {upstream.api_key}"
     elif authorization is not None:
         out["authorization"] = authorization

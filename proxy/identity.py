@@ -1,9 +1,9 @@
 """Who is calling and which conversation a request belongs to (pure).
 
 A session is identified by an explicit header (or a common alias), else by a body field
-clients already use, else by a hash of the conversation's opening (system + first user
-message). Every session is scoped by a hash of the caller's credential, so a guessed or
-spoofed session id never reaches another caller's checkpoints.
+clients already use (each front door knows which), else by a hash of the conversation's
+opening (system + first user message). Every session is scoped by a hash of the caller's
+credential, so a guessed or spoofed session id never reaches another caller's checkpoints.
 """
 
 from __future__ import annotations
@@ -46,24 +46,22 @@ def scope_for(credential: str | None) -> str:
 
 
 def identify(
-    headers: Mapping[str, str], body: Mapping[str, Any], messages: Sequence[Message], scope: str
+    headers: Mapping[str, str], hint: str | None, messages: Sequence[Message], scope: str
 ) -> Identity:
-    explicit = _explicit_id(headers, body)
+    """From a session header, else the id the request's body carries (`hint`), else derived."""
+    explicit = _explicit_id(headers, hint)
     if explicit is not None:
         return Identity(scope=scope, session_id=explicit, derived=False)
     return Identity(scope=scope, session_id=derived_session_id(messages), derived=True)
 
 
-def _explicit_id(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
+def _explicit_id(headers: Mapping[str, str], hint: str | None) -> str | None:
     for name in SESSION_HEADERS:
         value = headers.get(name)
         if value and value.strip():
             return value.strip()[:_MAX_ID]
-    metadata = body.get("metadata")
-    if isinstance(metadata, dict):
-        value = metadata.get("session_id")
-        if isinstance(value, str) and value.strip():
-            return value.strip()[:_MAX_ID]
+    if hint and hint.strip():
+        return hint.strip()[:_MAX_ID]
     return None
 
 

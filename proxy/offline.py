@@ -16,11 +16,13 @@ import orjson
 from compression.engine import CompressionContext
 from compression.tokens import counter_for_model
 from proxy.app import build_engine
-from proxy.chat_request import ChatRequest, parse_chat_request
+from proxy.doors import BY_API, summary_door
+from proxy.doors.chat_request import parse_chat_request
 from proxy.errors import ProxyError
+from proxy.frontdoor import WireRequest
 from proxy.headers import upstream_request_headers
 from proxy.settings import Settings
-from proxy.summarizer import UpstreamSummarizer
+from proxy.summarizer import UpstreamSummarizer, summary_route
 from proxy.upstream import Upstream, new_http_transport
 
 
@@ -32,6 +34,9 @@ def _bodies(path: str) -> list[bytes]:
         return [stripped]
     except orjson.JSONDecodeError:
         return [line for line in stripped.splitlines() if line.strip()]
+
+
+CHAT = BY_API["chat"]
 
 
 async def compress_file(
@@ -61,7 +66,7 @@ async def _compress_one(
     settings: Settings,
     engine: Any,
     http: Any,
-    request: ChatRequest,
+    request: WireRequest,
     force: bool,
     focus: str | None,
 ) -> dict[str, Any]:
@@ -69,11 +74,12 @@ async def _compress_one(
     if rule is None:
         raise ProxyError(f"the model '{request.model}' matches no rule in the config")
     summary = settings.compression.summary
-    upstream_name = rule.upstream if summary.upstream == "auto" else summary.upstream
-    upstream = Upstream(settings.upstreams[upstream_name], http)
+    upstreams = {name: Upstream(up, http) for name, up in settings.upstreams.items()}
+    upstream, summary_model = summary_route(summary, upstreams, rule.upstream, request.model)
     summarizer = UpstreamSummarizer(
         upstream,
-        request.model if summary.model == "auto" else summary.model,
+        summary_door(upstream.settings.apis, CHAT),
+        summary_model,
         upstream_request_headers([], upstream.settings),
         summary.timeout_s,
     )

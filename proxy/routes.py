@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
+from proxy.doors import BY_PATH
 from proxy.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.headers import upstream_request_headers
 from proxy.identity import scope_for
@@ -54,9 +55,6 @@ async def read_body(headers: Mapping[str, str], receive: Receive, limit: int) ->
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
-
-
 @router.post("/v1/chat/completions", include_in_schema=True)
 @router.post("/chat/completions", include_in_schema=False)
 async def chat_completions(request: Request) -> Response:
@@ -64,7 +62,7 @@ async def chat_completions(request: Request) -> Response:
     services = services_of(request)
     headers = header_dict(request.scope["headers"])
     raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)
-    return await services.gateway.chat(headers, raw)
+    return await services.gateway.serve(BY_PATH[request.url.path], headers, raw)
 
 
 @router.get("/v1/models")

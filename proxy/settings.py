@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+APIS = ("chat", "responses", "messages")  # the wire APIs ctxgate has front doors for
+
 
 class SettingsError(ValueError):
     """The configuration is invalid; the message names the offending key."""
@@ -77,6 +79,13 @@ class UpstreamSettings:
     """Seconds to wait for a connection to the provider."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Extra headers sent with every request to this provider."""
+    apis: tuple[str, ...] = ("chat", "responses")
+    """The wire APIs this provider serves: `chat` (Chat Completions), `responses` (OpenAI
+    Responses), `messages` (Anthropic Messages). A request in an API its model's upstream does
+    not serve is refused with an error naming this setting."""
+    auth: str = "bearer"
+    """How `api_key` is sent: `bearer` (`Authorization: Bearer`) or `x-api-key` (Anthropic's
+    header); default `x-api-key` for an upstream that serves only `messages`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +319,10 @@ def _upstream(name: str, r: _Reader) -> UpstreamSettings:
     if not base_url.startswith(("http://", "https://")):
         raise SettingsError(f"{r._key('base_url')}: must start with http:// or https://")
     headers = r.get("headers", dict, {})
+    apis = _apis(r)
+    auth = r.get("auth", str, "x-api-key" if apis == ("messages",) else "bearer")
+    if auth not in ("bearer", "x-api-key"):
+        raise SettingsError(f"{r._key('auth')}: must be bearer or x-api-key, got {auth!r}")
     out = UpstreamSettings(
         name=name,
         base_url=base_url.rstrip("/"),
@@ -317,9 +330,21 @@ def _upstream(name: str, r: _Reader) -> UpstreamSettings:
         timeout_s=r.positive("timeout_s", float, 600.0),
         connect_timeout_s=r.positive("connect_timeout_s", float, 10.0),
         headers={str(k): str(v) for k, v in headers.items()},
+        apis=apis,
+        auth=auth,
     )
     r.done()
     return out
+
+
+def _apis(r: _Reader) -> tuple[str, ...]:
+    raw = r.get("apis", list, ["chat", "responses"])
+    unknown = [api for api in raw if api not in APIS]
+    if unknown or not raw:
+        raise SettingsError(
+            f"{r._key('apis')}: expected a non-empty list of {', '.join(APIS)}, got {raw!r}"
+        )
+    return tuple(dict.fromkeys(raw))
 
 
 def _models(raw: Any, upstreams: Mapping[str, UpstreamSettings]) -> tuple[ModelRule, ...]:

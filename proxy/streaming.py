@@ -1,14 +1,13 @@
-"""Relaying an upstream SSE stream event by event, sniffing only what ctxgate needs.
+"""Relaying an upstream SSE stream, reading only what ctxgate needs.
 
-Events are forwarded as soon as they are complete, byte for byte. The relay notes the usage
-chunk (and drops it when ctxgate asked for it on the client's behalf), notices a finish, and
-turns a broken upstream into one `data: {"error": …}` event, which the OpenAI SDK raises.
+Events are forwarded as soon as they are complete, byte for byte. What an event means (usage,
+the end of the answer, an error) is the front door's `StreamWatch`'s business; a broken
+upstream becomes one error event in the door's shape, which the client's SDK raises.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -17,10 +16,8 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-_USAGE = re.compile(rb'"usage"\s*:\s*\{')
-_FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
-_ERROR = re.compile(rb'^\s*\{\s*"error"\s*:')
-_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*(\[\s*\]|null)')
+from proxy.frontdoor import StreamWatch
+
 _SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
 
@@ -73,30 +70,34 @@ def _data(event: bytes) -> bytes:
 
 
 class StreamRelay:
-    """Iterate `relay.events()` to get the bytes for the client; read results afterwards.
+    """Iterate `relay.events()` to get the bytes for the client; read the watch afterwards.
 
+    Complete events are relayed as they arrive. Only a stretch of events holding one of the
+    watch's markers is split into events and shown to the watch (which may drop one); the rest
+    passes through untouched, so a delta costs a few byte searches, not a parse.
     `first_event()` may read ahead before that, so that an error the upstream sends in place
     of the stream is seen while the client can still get a retried stream instead.
     """
 
-    def __init__(self, response: httpx.Response, *, hide_usage: bool) -> None:
+    def __init__(self, response: httpx.Response, watch: StreamWatch) -> None:
         # The transport's own stream: `aiter_raw` would re-chunk and count every piece.
         stream = response.stream
         assert isinstance(stream, httpx.AsyncByteStream)
         self._pieces = stream.__aiter__()
         self._buffer = b""  # read ahead, not yet relayed
-        self._hide_usage = hide_usage
-        self.usage: dict[str, Any] | None = None
-        self.finished = False
-        self.failed: str | None = None
-        self.content_chunks = 0
+        self.watch = watch
+
+    @property
+    def failed(self) -> str | None:
+        return self.watch.failed
 
     async def first_event(self, comments_s: float = 1.0) -> bytes | None:
-        """The data of the stream's first data event, read ahead and kept for `events()`.
+        """The data of the stream's first telling event, read ahead and kept for `events()`.
 
-        Comment events before it are read past for up to `comments_s` seconds (OpenRouter
-        opens with ": OPENROUTER PROCESSING" and may report the error after it); a stream
-        that keeps commenting past that gives b"" and is relayed as it is, comments and all.
+        Comment events and the watch's preamble events (lifecycle events that precede an
+        error as readily as an answer) are read past, comments for up to `comments_s` seconds
+        (OpenRouter opens with ": OPENROUTER PROCESSING" and may report the error after it);
+        a stream that keeps commenting past that gives b"" and is relayed as it is.
         None when the stream ended, or broke, before an event was complete.
         """
         loop = asyncio.get_running_loop()
@@ -105,7 +106,7 @@ class StreamRelay:
             events, _ = _split(self._buffer)
             for event in events:
                 data = _data(event)
-                if data:
+                if data and not self.watch.preamble(data):
                     return data
             if events and loop.time() >= deadline:
                 return b""
@@ -114,55 +115,51 @@ class StreamRelay:
             except (StopAsyncIteration, httpx.HTTPError):
                 return b"" if events else None  # `events()` meets the same end and reports it
 
-    def _inspect(self, event: bytes) -> bool:
-        """Note what the event says; False when it must not reach the client."""
-        data = _data(event)
-        if not data:
-            return True
-        if data.strip() == b"[DONE]":
-            self.finished = True
-            return True
-        if _ERROR.match(data):
-            self.failed = "upstream sent an error event"
-            self.finished = True
-            return True
-        if _FINISH.search(data):
-            self.finished = True
-        self.content_chunks += 1
-        if _USAGE.search(data):
-            try:
-                chunk = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                return True
-            usage = chunk.get("usage") if isinstance(chunk, dict) else None
-            if isinstance(usage, dict):
-                self.usage = usage
-                if self._hide_usage and _EMPTY_CHOICES.search(data):
-                    return False
-        return True
+    def _relayable(self, complete: bytes) -> bytes:
+        """The bytes of complete events to pass on, after the watch saw those it wants."""
+        if not any(marker in complete for marker in self.watch.markers):
+            return complete
+        events, _ = _split(complete)
+        return b"".join(e for e in events if self.watch.inspect(_data(e)))
 
     async def events(self) -> AsyncIterator[bytes]:
         buffer, self._buffer = self._buffer, b""
         try:
             while True:
-                events, buffer = _split(buffer)
-                out = b"".join(e for e in events if self._inspect(e))
-                if out:
-                    yield out
+                cut = _last_boundary(buffer)
+                if cut:
+                    out = self._relayable(buffer[:cut])
+                    buffer = buffer[cut:]
+                    if out:
+                        yield out
                 buffer += await self._pieces.__anext__()
         except StopAsyncIteration:
             pass
         except httpx.HTTPError as exc:
-            self.failed = f"upstream stream broke: {type(exc).__name__}"
-            yield error_event(f"The upstream stream was interrupted ({type(exc).__name__}).")
+            self.watch.failed = f"upstream stream broke: {type(exc).__name__}"
+            yield self.watch.error_event(
+                f"The upstream stream was interrupted ({type(exc).__name__})."
+            )
             return
         if buffer.strip():
             tail = buffer + b"\n\n"
-            if self._inspect(tail):
+            if self.watch.inspect(_data(tail)):
                 yield tail
-        if not self.finished:
-            self.failed = "upstream closed the stream without finishing"
-            yield error_event("The upstream closed the stream before the response was complete.")
+        if not self.watch.finished:
+            self.watch.failed = "upstream closed the stream without finishing"
+            yield self.watch.error_event(
+                "The upstream closed the stream before the response was complete."
+            )
+
+
+def _last_boundary(buffer: bytes) -> int:
+    """The end of the last complete event in `buffer` (0 when none is complete)."""
+    best = 0
+    for sep in _SEPARATORS:
+        at = buffer.rfind(sep)
+        if at != -1 and at + len(sep) > best:
+            best = at + len(sep)
+    return best
 
 
 class EventStreamResponse(Response):

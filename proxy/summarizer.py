@@ -1,14 +1,13 @@
-"""The engine's summary call, sent through a configured upstream."""
+"""The engine's summary call, sent through a configured upstream in an API it serves."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import orjson
 
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
+from proxy.frontdoor import FrontDoor
+from proxy.settings import SummarySettings
 from proxy.upstream import Upstream
 
 # The summary body is JSON we serialise ourselves; servers that dispatch on the media type
@@ -17,31 +16,41 @@ from proxy.upstream import Upstream
 _BODY_HEADERS = {"content-type": "application/json", "accept": "application/json"}
 
 
+def summary_route(
+    summary: SummarySettings,
+    upstreams: Mapping[str, Upstream],
+    request_upstream: str,
+    request_model: str,
+) -> tuple[Upstream, str]:
+    """The upstream and model that write summaries (`auto`: the request's own)."""
+    name = request_upstream if summary.upstream == "auto" else summary.upstream
+    return upstreams[name], request_model if summary.model == "auto" else summary.model
+
+
 class UpstreamSummarizer:
-    """A `Summarizer`: one non-streaming chat completion on `upstream`, errors classified."""
+    """A `Summarizer`: one non-streaming call on `upstream` through `door`, errors classified."""
 
     def __init__(
-        self, upstream: Upstream, model: str, headers: Mapping[str, str], timeout_s: float
+        self,
+        upstream: Upstream,
+        door: FrontDoor,
+        model: str,
+        headers: Mapping[str, str],
+        timeout_s: float,
     ) -> None:
         self.upstream = upstream
+        self.door = door
         self.model = model
         given = {k.lower(): v for k, v in headers.items() if k.lower() not in _BODY_HEADERS}
         self.headers = {**given, **_BODY_HEADERS}
         self.timeout_s = timeout_s
 
     async def __call__(self, call: SummaryCall) -> SummaryReply:
-        body: dict[str, Any] = {
-            "model": call.model or self.model,
-            "messages": call.messages,
-            "max_tokens": call.max_tokens,
-            "temperature": 0,
-            "stream": False,
-        }
         try:
             response = await self.upstream.call(
                 "POST",
-                "/chat/completions",
-                orjson.dumps(body),
+                self.door.upstream_path,
+                self.door.summary_body(call, self.model),
                 self.headers,
                 timeout_s=self.timeout_s,
             )
@@ -56,21 +65,4 @@ class UpstreamSummarizer:
                 f"summary model answered {response.status_code}: {response.text[:300]}",
                 status=response.status_code,
             )
-        return _reply(response.content)
-
-
-def _reply(raw: bytes) -> SummaryReply:
-    try:
-        data = orjson.loads(raw)
-        choice = data["choices"][0]
-        message = choice.get("message") or {}
-        usage = data.get("usage") or {}
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise SummaryCallError("summary model sent an unreadable answer") from exc
-    content = message.get("content")
-    return SummaryReply(
-        text=content if isinstance(content, str) else "",
-        finish_reason=choice.get("finish_reason"),
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
-    )
+        return self.door.summary_reply(response.content)

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import orjson
 
 from compression.state import EngineState
 from compression.types import Message
-from proxy.chat_request import ChatRequest
+from proxy.frontdoor import FrontDoor, WireRequest
 from proxy.identity import Identity
 from proxy.settings import ModelRule
 from proxy.upstream import Upstream
 from storage import SessionKey, SessionRecord
-
-_USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +31,8 @@ class Turn:
 
     ident: Identity
     key: SessionKey
-    request: ChatRequest
+    door: FrontDoor
+    request: WireRequest
     rule: ModelRule
     upstream: Upstream
     client_headers: Mapping[str, str]
@@ -69,30 +65,13 @@ class Turn:
         self.estimate = None
 
     def upstream_body(self) -> bytes:
-        """The body to send: the client's bytes when nothing changed, else re-serialised."""
-        req = self.request
-        if not self.view_changed and self.max_tokens is None:
-            if not req.stream or req.client_wants_usage:
-                return req.raw
-            if "stream_options" not in req.body:
-                # Prepending the key keeps the client's bytes; it is absent, so no duplicate.
-                start = req.raw.index(b"{") + 1
-                return _USAGE_OPTION + req.raw[start:]
-        body: dict[str, Any] = dict(req.body)
-        body["messages"] = self.view
-        if req.stream and not req.client_wants_usage:
-            options = body.get("stream_options")
-            body["stream_options"] = {
-                **(options if isinstance(options, dict) else {}),
-                "include_usage": True,
-            }
-        if self.max_tokens is not None:
-            key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-            body[key] = self.max_tokens
-        return orjson.dumps(body)
+        """The body to send: the client's bytes when nothing changed, else the view rendered."""
+        return self.door.render(self.request, self.view, self.max_tokens)
 
     def response_headers(self) -> dict[str, str]:
         headers = {"x-session-id": self.ident.session_id}
+        if self.request.passthrough:
+            headers["x-ctxgate-reason"] = self.request.passthrough
         if self.checkpoint_id is not None:
             headers["x-ctxgate-checkpoint"] = str(self.checkpoint_id)
         if not self.notes:

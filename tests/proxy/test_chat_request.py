@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.chat_request import _check_message, _check_message_fully
+from proxy.doors.chat_request import _check_message, _check_message_fully
 from proxy.errors import BadRequest
 
 scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=5)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from proxy.doors.chat import ChatWatch
 from proxy.streaming import StreamRelay, error_status
 
 OVERFLOW = (
@@ -32,7 +33,7 @@ class Pieces(httpx.AsyncByteStream):
 
 def relay_of(pieces: list[bytes], pause_s: float = 0.0) -> StreamRelay:
     response = httpx.Response(200, stream=Pieces(pieces, pause_s))
-    return StreamRelay(response, hide_usage=False)
+    return StreamRelay(response, ChatWatch(hide_usage=False))
 
 
 async def relayed(relay: StreamRelay) -> bytes:

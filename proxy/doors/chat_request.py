@@ -7,34 +7,23 @@ ctxgate does not change is forwarded byte for byte.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
 
 from compression.types import Message, ToolSchema
 from proxy.errors import BadRequest
+from proxy.frontdoor import WireRequest
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
-    raw: bytes
-    body: dict[str, Any]
-    model: str
-    messages: list[Message]
-    stream: bool
-    max_tokens: int | None
-    tools: list[ToolSchema] | None
-
-    @property
-    def client_wants_usage(self) -> bool:
-        options = self.body.get("stream_options")
-        return isinstance(options, dict) and bool(options.get("include_usage"))
+def client_wants_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
-def parse_chat_request(raw: bytes) -> ChatRequest:
+def parse_chat_request(raw: bytes) -> WireRequest:
     """Parse and check `raw`, raising BadRequest with a message that says what is wrong."""
     try:
         body = orjson.loads(raw)
@@ -60,7 +49,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise BadRequest(f"'tools' must be an array, got {_json_type(tools)}.", param="tools")
-    return ChatRequest(
+    return WireRequest(
         raw=raw,
         body=body,
         model=model,
@@ -68,7 +57,14 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         stream=stream,
         max_tokens=_max_tokens(body),
         tools=cast(list[ToolSchema] | None, tools),
+        session_hint=_metadata_session(body),
     )
+
+
+def _metadata_session(body: dict[str, Any]) -> str | None:
+    metadata = body.get("metadata")
+    value = metadata.get("session_id") if isinstance(metadata, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
