@@ -68,7 +68,7 @@ def fresh_items(message: Message) -> list[Item]:
             }
         )
     for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
+        function: dict[str, Any] = dict(call.get("function") or {})
         items.append(
             {
                 "type": "function_call",

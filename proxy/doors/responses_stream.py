@@ -59,9 +59,11 @@ def usage_of(response: Any) -> Usage | None:
     if not isinstance(usage, dict):
         return None
     prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
-    if not _is_count(prompt):
+    if not isinstance(prompt, int) or not _is_count(prompt):
         return None
-    return Usage(prompt_tokens=prompt, completion_tokens=completion if _is_count(completion) else None)
+    return Usage(
+        prompt_tokens=prompt, completion_tokens=completion if _is_count(completion) else None
+    )
 
 
 def _is_count(value: Any) -> bool:
@@ -127,6 +129,13 @@ def error_event(message: str, sequence_number: int = 0) -> bytes:
 
 class ResponsesWatch:
     """A `StreamWatch` for one upstream Responses stream."""
+
+    markers: tuple[bytes, ...] = (
+        b"response.completed",
+        b"response.incomplete",
+        b"response.failed",
+        b'"error"',
+    )
 
     def __init__(self) -> None:
         self.usage: Usage | None = None

@@ -190,7 +190,9 @@ def _finish_reason(data: dict[str, Any]) -> str | None:
         return "stop"
     details = data.get("incomplete_details")
     if status == "incomplete" and isinstance(details, dict):
-        return "length" if details.get("reason") == "max_output_tokens" else str(details.get("reason"))
+        return (
+            "length" if details.get("reason") == "max_output_tokens" else str(details.get("reason"))
+        )
     return status if isinstance(status, str) else None
 
 

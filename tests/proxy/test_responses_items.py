@@ -68,13 +68,23 @@ def call_pair(draw: st.DrawFn, call_id: str) -> tuple[Item, Item]:
     output: Any = ("out " * size)[:size] + " done"
     if kind == "function_call":
         arguments = json.dumps({"command": ["bash", "-lc", "x" * draw(st.sampled_from([5, 900]))]})
-        call = {"type": "function_call", "call_id": call_id, "name": "shell", "arguments": arguments}
+        call = {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": "shell",
+            "arguments": arguments,
+        }
         if draw(st.booleans()):
             output = [{"type": "input_text", "text": output}]
         return call, {"type": "function_call_output", "call_id": call_id, "output": output}
     if kind == "custom_tool_call":
         patch = "*** Begin Patch\n" + "+line\n" * draw(st.sampled_from([2, 200]))
-        call = {"type": "custom_tool_call", "call_id": call_id, "name": "apply_patch", "input": patch}
+        call = {
+            "type": "custom_tool_call",
+            "call_id": call_id,
+            "name": "apply_patch",
+            "input": patch,
+        }
         return call, {"type": "custom_tool_call_output", "call_id": call_id, "output": output}
     call = {
         "type": "local_shell_call",
@@ -93,7 +103,12 @@ def model_turn(draw: st.DrawFn, n: int) -> list[Item]:
     if draw(st.integers(0, 3)) > 0:
         summary = [{"type": "summary_text", "text": draw(WORDS)}] if draw(st.booleans()) else []
         items.append(
-            {"type": "reasoning", "id": f"rs_{n}", "summary": summary, "encrypted_content": sealed(n)}
+            {
+                "type": "reasoning",
+                "id": f"rs_{n}",
+                "summary": summary,
+                "encrypted_content": sealed(n),
+            }
         )
     if draw(st.integers(0, 6)) == 0:
         items.append(opaque("web_search_call", n))
@@ -126,7 +141,9 @@ def history(draw: st.DrawFn) -> tuple[list[Item], str | None]:
     for d in range(draw(st.integers(0, 2))):
         role = draw(st.sampled_from(["developer", "system"]))
         text = f"rules {d} " * 30
-        items.append({"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]})
+        items.append(
+            {"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+        )
     n = 0
     for turn in range(draw(st.integers(1, 6))):
         items.append(draw(user_item(turn)))
@@ -154,7 +171,11 @@ def test_an_unchanged_view_renders_the_items_exactly(case: tuple[list[Item], str
     assert to_items(orjson.loads(orjson.dumps(messages))) == items
     assert orjson.dumps(to_items(orjson.loads(orjson.dumps(messages)))) == orjson.dumps(items)
     if instructions:
-        assert messages[0] == {"role": "system", "content": instructions, ORIGINAL: INSTRUCTIONS_MARK}
+        assert messages[0] == {
+            "role": "system",
+            "content": instructions,
+            ORIGINAL: INSTRUCTIONS_MARK,
+        }
 
 
 def last_turn_reasoning(items: list[Item]) -> list[Item]:
@@ -234,7 +255,11 @@ def test_a_changed_message_is_rebuilt_on_its_items() -> None:
     result = {**messages[1], "content": "[shell] 5000 chars"}
     assert to_items([turn, result]) == [
         reasoning,
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Summary first."}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Summary first."}],
+        },
         {**call, "arguments": "{}"},
         {**output, "output": "[shell] 5000 chars"},
         reference,
@@ -243,13 +268,21 @@ def test_a_changed_message_is_rebuilt_on_its_items() -> None:
     dropped["content"] = "(tool call removed)"
     assert to_items([dropped]) == [
         reasoning,
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "(tool call removed)"}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "(tool call removed)"}],
+        },
     ]
 
 
 def test_files_count_as_a_fixed_figure_and_come_back_verbatim() -> None:
     part = {"type": "input_file", "filename": "big.pdf", "file_data": "JVBER" * 100_000}
-    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "read"}, part]}
+    item = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "read"}, part],
+    }
     [message] = to_messages([item], None)
     assert CharCounter().count_message(message) < 200
     changed = {**message, "content": [{"type": "text", "text": "Summary."}, *message["content"]]}
@@ -263,8 +296,16 @@ def test_files_count_as_a_fixed_figure_and_come_back_verbatim() -> None:
 
 def test_a_summary_becomes_a_new_message_item() -> None:
     assert to_items([{"role": "user", "content": "Earlier: fixed the bug."}]) == [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Earlier: fixed the bug."}]}
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "Earlier: fixed the bug."}],
+        }
     ]
     assert to_items([{"role": "assistant", "content": "Noted."}]) == [
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Noted."}]}
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Noted."}],
+        }
     ]
