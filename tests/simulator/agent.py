@@ -49,7 +49,8 @@ class ScriptedAgent:
             return Reply(content=self.final.format(turns=self.turns))
         with self._lock:
             self._issued[session] = max(self._issued.get(session, 0), step)
-        call = _call(tool, self.command.format(n=step), f"call_step{step:03d}_{secrets.token_hex(3)}")
+        call_id = f"call_step{step:03d}_{secrets.token_hex(3)}"
+        call = _call(tool, self.command.format(n=step), call_id)
         thought = f"Step {step} of {self.turns}: run the next command and read its output."
         return Reply(tool_calls=[call], reasoning_content=thought if self.reasoning else None)
 
