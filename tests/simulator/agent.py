@@ -6,8 +6,9 @@ one) and chat requests (tool_calls) alike.
 
 It finds its place in a conversation from its own call ids (``call_step<N>_...``) in the
 history, so a history that a proxy compressed (middle dropped, a summary inserted) still
-continues at the right step; when none survive, it falls back to the highest step it issued for
-that session (``prompt_cache_key``, else the first user message). Requests without a shell tool
+continues at the right step; when none survive (or an agent compacted its history itself), it
+continues after the highest step it issued for that session (``prompt_cache_key``, else the
+first user message). Requests without a shell tool
 (summaries, an agent's own compaction turn) get ``None``: the simulator's default reply."""
 
 from __future__ import annotations
@@ -56,14 +57,13 @@ class ScriptedAgent:
 
     def _step_done(self, body: dict[str, Any], session: str) -> int:
         """The last step the history shows as answered (0 for a new conversation)."""
-        ids, outputs = _history_calls(body)
-        steps = [int(m.group(1)) for call_id in ids if (m := STEP_ID.match(call_id))]
+        steps = [
+            int(m.group(1)) for call_id in _history_calls(body) if (m := STEP_ID.match(call_id))
+        ]
         if steps:
             return max(steps)
-        if outputs:  # tool results but none of our ids: the history was compressed away
-            with self._lock:
-                return self._issued.get(session, 0)
-        return 0
+        with self._lock:  # none of our ids: a new session, or one compressed (or compacted) away
+            return self._issued.get(session, 0)
 
     def issued(self) -> dict[str, int]:
         """The highest step issued per session."""
@@ -107,28 +107,20 @@ def _call(tool: dict[str, Any], command: str, call_id: str) -> dict[str, Any]:
     return {"id": call_id, "name": name, "arguments": json.dumps(args)}
 
 
-def _history_calls(body: dict[str, Any]) -> tuple[list[str], int]:
-    """Call ids in the history and the number of tool results (Responses or chat body)."""
+def _history_calls(body: dict[str, Any]) -> list[str]:
+    """Call ids in the history (Responses or chat body)."""
     ids: list[str] = []
-    outputs = 0
     items = body.get("input") if isinstance(body.get("input"), list) else []
     for item in items:
-        if not isinstance(item, dict):
-            continue
-        kind = str(item.get("type", ""))
-        if kind.endswith("_call") and isinstance(item.get("call_id"), str):
-            ids.append(item["call_id"])
-        elif kind.endswith("_call_output"):
-            outputs += 1
+        if isinstance(item, dict) and str(item.get("type", "")).endswith("_call"):
+            if isinstance(item.get("call_id"), str):
+                ids.append(item["call_id"])
     messages = body.get("messages") if isinstance(body.get("messages"), list) else []
     for msg in messages:
-        if not isinstance(msg, dict):
-            continue
-        for call in msg.get("tool_calls") or []:
+        for call in (msg.get("tool_calls") if isinstance(msg, dict) else None) or []:
             if isinstance(call, dict) and isinstance(call.get("id"), str):
                 ids.append(call["id"])
-        outputs += msg.get("role") == "tool"
-    return ids, outputs
+    return ids
 
 
 def _session_key(body: dict[str, Any]) -> str:
