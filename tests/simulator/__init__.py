@@ -5,6 +5,7 @@
 See README.md in this directory.
 """
 
+from .agent import ScriptedAgent
 from .dialects import overflow_error, requested_max_tokens, tool_pairing_problems
 from .models import (
     DIALECTS,
@@ -40,6 +41,7 @@ __all__ = [
     "ModelSpec",
     "Received",
     "Reply",
+    "ScriptedAgent",
     "Simulator",
     "StreamError",
     "build_summary",

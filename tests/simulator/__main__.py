@@ -1,7 +1,8 @@
 """Run the provider simulator standalone:
 
     python -m tests.simulator --port 9000 --window 8192 [--dialect vllm] \
-        [--model gpt-4o-mini=8192:openai ...] [--chunk-delay 0.02] [--api-key sk-test] [-v]
+        [--model gpt-4o-mini=8192:openai ...] [--chunk-delay 0.02] [--api-key sk-test] \
+        [--stream-errors event] [--agent-turns 25] [-v]
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import threading
 from typing import Any
 
+from .agent import ScriptedAgent
 from .models import DIALECTS, ModelSpec, Received
 from .server import Simulator
 
@@ -55,6 +57,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="reject broken tool-call pairing with OpenAI's 400",
     )
+    parser.add_argument(
+        "--stream-errors",
+        choices=("status", "event"),
+        default="status",
+        help="how a streamed request's overflow is reported (event: response.failed / data error)",
+    )
+    parser.add_argument(
+        "--agent-turns",
+        type=int,
+        default=None,
+        metavar="K",
+        help="play a scripted agent: K shell tool calls per session, then a final answer",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print one line per request")
     args = parser.parse_args(argv)
 
@@ -64,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             dialect=dialect,
             token_factor=args.token_factor,
             stream_usage=not args.no_stream_usage,
+            stream_errors=args.stream_errors,
         )
 
     sim = Simulator(
@@ -75,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
     )
+    if args.agent_turns is not None:
+        sim.responder = ScriptedAgent(turns=args.agent_turns)
     if args.verbose:
 
         def log(rec: Received) -> None:
