@@ -80,7 +80,7 @@ def shell_tool(tools: Any) -> dict[str, Any] | None:
     for tool in tools:
         if not isinstance(tool, dict):
             continue
-        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        fn = _mapping(tool.get("function")) or tool
         if tool.get("type") in ("function", "custom") and isinstance(fn.get("name"), str):
             named[fn["name"]] = {**fn, "type": tool["type"]}
     for name in SHELL_TOOLS:
@@ -96,11 +96,10 @@ def _call(tool: dict[str, Any], command: str, call_id: str) -> dict[str, Any]:
     name = tool["name"]
     if tool["type"] == "custom":
         return {"id": call_id, "type": "custom", "name": name, "input": command}
-    params = tool.get("parameters") if isinstance(tool.get("parameters"), dict) else {}
-    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    props = _mapping(_mapping(tool.get("parameters")).get("properties"))
     if "cmd" in props:
         args: dict[str, Any] = {"cmd": command}
-    elif (props.get("command") or {}).get("type") == "array":
+    elif _mapping(props.get("command")).get("type") == "array":
         args = {"command": ["bash", "-lc", command]}
     else:
         args = {"command": command}
@@ -110,14 +109,12 @@ def _call(tool: dict[str, Any], command: str, call_id: str) -> dict[str, Any]:
 def _history_calls(body: dict[str, Any]) -> list[str]:
     """Call ids in the history (Responses or chat body)."""
     ids: list[str] = []
-    items = body.get("input") if isinstance(body.get("input"), list) else []
-    for item in items:
+    for item in _sequence(body.get("input")):
         if isinstance(item, dict) and str(item.get("type", "")).endswith("_call"):
             if isinstance(item.get("call_id"), str):
                 ids.append(item["call_id"])
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-    for msg in messages:
-        for call in (msg.get("tool_calls") if isinstance(msg, dict) else None) or []:
+    for msg in _sequence(body.get("messages")):
+        for call in _sequence(_mapping(msg).get("tool_calls")):
             if isinstance(call, dict) and isinstance(call.get("id"), str):
                 ids.append(call["id"])
     return ids
@@ -127,13 +124,18 @@ def _session_key(body: dict[str, Any]) -> str:
     key = body.get("prompt_cache_key")
     if isinstance(key, str) and key:
         return key
-    items = body.get("input") if isinstance(body.get("input"), list) else []
-    first = next(
-        (m for m in [*items, *(body.get("messages") or [])] if _is_user(m)),
-        {},
-    )
+    history = [*_sequence(body.get("input")), *_sequence(body.get("messages"))]
+    first: dict[str, Any] = next((m for m in history if _is_user(m)), {})
     return hashlib.sha256(json.dumps(first.get("content"), default=str).encode()).hexdigest()
 
 
 def _is_user(item: Any) -> bool:
     return isinstance(item, dict) and item.get("role") == "user"
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _sequence(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
