@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.simulator import Disconnect, Fail, ModelSpec, Reply, Simulator, StreamError
+from tests.simulator import Disconnect, Fail, Hang, ModelSpec, Reply, Simulator, StreamError
 from tests.simulator.agent import ScriptedAgent
 from tests.simulator.responses_output import OVERFLOW_MESSAGE
 
@@ -354,6 +354,14 @@ def test_scripted_failures_apply_to_responses(sim: Simulator, client: openai.Ope
     assert [r.outcome for r in sim.received] == ["fail", "disconnect", "stream_error"]
 
 
+def test_a_stream_can_stall_midway_and_go_on(sim: Simulator, client: openai.OpenAI) -> None:
+    sim.enqueue(Hang(seconds=0.3, after_chunks=3, then=Reply(content="slow answer")))
+    with client.responses.stream(model="m", input="x") as stream:
+        final = stream.get_final_response()
+    assert final.output_text == "slow answer"
+    assert sim.received[-1].outcome == "reply"
+
+
 # ------------------------------------------------------------------ the scripted agent
 SHELL = {
     "type": "function",
@@ -423,6 +431,9 @@ def test_scripted_agent_uses_the_only_custom_tool_and_leaves_toolless_requests_a
     assert call.type == "custom_tool_call" and call.input.startswith('echo "step 1"')
     plain = client.responses.create(model="m", input="summarize this")
     assert plain.output_text == "ok: summarize this"
+    for prompt in ("Write the Historical Task Snapshot of: ...", "CONTEXT CHECKPOINT COMPACTION"):
+        answer = client.responses.create(model="m", input=prompt, tools=[SHELL])
+        assert [item.type for item in answer.output] == ["message"]  # a summary, no call
 
 
 # ------------------------------------------------------------------ server-side compaction

@@ -8,8 +8,9 @@ It finds its place in a conversation from its own call ids (``call_step<N>_...``
 history, so a history that a proxy compressed (middle dropped, a summary inserted) still
 continues at the right step; when none survive (or an agent compacted its history itself), it
 continues after the highest step it issued for that session (``prompt_cache_key``, else the
-first user message). Requests without a shell tool
-(summaries, an agent's own compaction turn) get ``None``: the simulator's default reply."""
+first user message). Requests without a shell tool, and
+summary or compaction requests (a proxy's summary call, Codex's "CONTEXT CHECKPOINT COMPACTION"
+turn), get ``None``: the simulator's default reply."""
 
 from __future__ import annotations
 
@@ -22,11 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .models import Reply
+from .replies import is_summary_request, last_message_text
+from .responses_items import chat_view, input_items
 
 STEP_ID = re.compile(r"^call_step(\d+)_")
 DEFAULT_COMMAND = 'echo "step {n}"; seq -s " " {n}000 {n}120'
 # Codex's shell tools (exec_command takes {"cmd"}, shell_command {"command": str}, the older
 # shell {"command": [argv]}), then generic names other agents use.
+COMPACTION_PROMPT = "CONTEXT CHECKPOINT COMPACTION"  # Codex's own compaction turn
 SHELL_TOOLS = ("exec_command", "shell_command", "shell", "bash", "run_shell_command", "terminal")
 
 
@@ -41,7 +45,7 @@ class ScriptedAgent:
 
     def __call__(self, body: dict[str, Any]) -> Reply | None:
         tool = shell_tool(body.get("tools"))
-        if tool is None:
+        if tool is None or _asks_for_a_summary(body):
             return None
         session = _session_key(body)
         done = self._step_done(body, session)
@@ -131,6 +135,13 @@ def _session_key(body: dict[str, Any]) -> str:
 
 def _is_user(item: Any) -> bool:
     return isinstance(item, dict) and item.get("role") == "user"
+
+
+def _asks_for_a_summary(body: dict[str, Any]) -> bool:
+    """A proxy's summary call, or an agent's own compaction turn, even with tools offered."""
+    view = body if "messages" in body else chat_view(body, input_items(body))
+    last = last_message_text(view, ("user",))
+    return is_summary_request(view) or COMPACTION_PROMPT in last
 
 
 def _mapping(value: Any) -> dict[str, Any]:
