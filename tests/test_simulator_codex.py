@@ -54,3 +54,22 @@ def test_codex_exec_runs_tool_turns_against_the_simulator(tmp_path: Path) -> Non
     assert [r.prompt_tokens or 0 for r in received] == sorted(
         r.prompt_tokens or 0 for r in received
     )
+
+
+@pytest.mark.parametrize("stream_errors", ["status", "event"])
+def test_codex_stops_at_the_simulators_overflow_in_either_form(
+    tmp_path: Path, stream_errors: str
+) -> None:
+    """The overflow the simulator sends (a 400, or response.failed in a 200 stream) is one Codex
+    recognises: it does not retry and exits 1 (what ctxgate must prevent)."""
+    binary = _binary()
+    with Simulator(default=ModelSpec(window=16_000, stream_errors=stream_errors)) as sim:
+        sim.responder = ScriptedAgent(turns=40)
+        codex = Codex(sim.base_url, "sim-codex", tmp_path, binary=binary)
+        run = codex.exec("Run the numbered steps with the shell, one at a time.", timeout=240)
+        received = sim.received
+    assert run.exit_code == 1
+    assert "ran out of room in the model's context window" in run.stderr
+    assert [r.outcome for r in received[-2:]] == ["reply", "overflow"]
+    assert received[-1].status == (400 if stream_errors == "status" else 200)
+    assert (received[-1].prompt_tokens or 0) > 16_000 >= (received[-2].prompt_tokens or 0)

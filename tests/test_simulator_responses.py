@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.simulator import Disconnect, Fail, ModelSpec, Reply, Simulator, StreamError
+from tests.simulator import Disconnect, Fail, Hang, ModelSpec, Reply, Simulator, StreamError
 from tests.simulator.agent import ScriptedAgent
 from tests.simulator.responses_output import OVERFLOW_MESSAGE
 
@@ -354,6 +354,14 @@ def test_scripted_failures_apply_to_responses(sim: Simulator, client: openai.Ope
     assert [r.outcome for r in sim.received] == ["fail", "disconnect", "stream_error"]
 
 
+def test_a_stream_can_stall_midway_and_go_on(sim: Simulator, client: openai.OpenAI) -> None:
+    sim.enqueue(Hang(seconds=0.3, after_chunks=3, then=Reply(content="slow answer")))
+    with client.responses.stream(model="m", input="x") as stream:
+        final = stream.get_final_response()
+    assert final.output_text == "slow answer"
+    assert sim.received[-1].outcome == "reply"
+
+
 # ------------------------------------------------------------------ the scripted agent
 SHELL = {
     "type": "function",
@@ -423,3 +431,53 @@ def test_scripted_agent_uses_the_only_custom_tool_and_leaves_toolless_requests_a
     assert call.type == "custom_tool_call" and call.input.startswith('echo "step 1"')
     plain = client.responses.create(model="m", input="summarize this")
     assert plain.output_text == "ok: summarize this"
+    for prompt in ("Write the Historical Task Snapshot of: ...", "CONTEXT CHECKPOINT COMPACTION"):
+        answer = client.responses.create(model="m", input=prompt, tools=[SHELL])
+        assert [item.type for item in answer.output] == ["message"]  # a summary, no call
+
+
+# ------------------------------------------------------------------ server-side compaction
+def test_compaction_trigger_and_compact_endpoint_return_sealed_compaction_items(
+    sim: Simulator, client: openai.OpenAI, http: httpx.Client
+) -> None:
+    history: list[Any] = [
+        {"role": "user", "content": "fix the bug"},
+        {"role": "assistant", "content": words(300)},
+        {"role": "user", "content": "now the tests"},
+    ]
+    trigger = {"type": "compaction_trigger"}
+    answer = http.post(
+        "/responses", json={"model": "m", "input": [*history, trigger], "stream": True}
+    )
+    events = sse(answer.text)
+    assert [n for n, _ in events][2:] == [
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    output = events[-1][1]["response"]["output"]
+    assert [item["type"] for item in output] == ["compaction"]
+    compacted = [history[0], output[0], {"role": "user", "content": "go on"}]
+    after = client.responses.create(model="m", input=compacted)
+    full = client.responses.create(
+        model="m", input=[*history, {"role": "user", "content": "go on"}]
+    )
+    assert after.usage is not None and full.usage is not None
+    assert 10 < after.usage.input_tokens < full.usage.input_tokens
+    tampered = copy.deepcopy(compacted)
+    tampered[1]["encrypted_content"] = tampered[1]["encrypted_content"][:-3] + "abc"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="m", input=tampered)
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["code"] == "invalid_encrypted_content"
+    assert output[0]["id"] in caught.value.body["message"]
+
+    page = http.post("/responses/compact", json={"model": "m", "input": history}).json()
+    assert page["object"] == "response.compaction" and page["id"].startswith("cmp_")
+    assert [item.get("role", item["type"]) for item in page["output"]] == [
+        "user",
+        "user",
+        "compaction",
+    ]
+    assert page["usage"]["input_tokens"] == sim.received[-1].prompt_tokens
+    assert client.responses.create(model="m", input=page["output"]).status == "completed"

@@ -126,6 +126,7 @@ class Codex:
         command = [
             str(self.binary),
             "exec",
+            "--strict-config",  # a setting this version does not know fails the run
             "--skip-git-repo-check",
             "--ephemeral",
             "--color",

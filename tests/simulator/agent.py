@@ -8,8 +8,9 @@ It finds its place in a conversation from its own call ids (``call_step<N>_...``
 history, so a history that a proxy compressed (middle dropped, a summary inserted) still
 continues at the right step; when none survive (or an agent compacted its history itself), it
 continues after the highest step it issued for that session (``prompt_cache_key``, else the
-first user message). Requests without a shell tool
-(summaries, an agent's own compaction turn) get ``None``: the simulator's default reply."""
+first user message). Requests without a shell tool, and
+summary or compaction requests (a proxy's summary call, Codex's "CONTEXT CHECKPOINT COMPACTION"
+turn), get ``None``: the simulator's default reply."""
 
 from __future__ import annotations
 
@@ -22,11 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .models import Reply
+from .replies import is_summary_request, last_message_text
+from .responses_items import chat_view, input_items
 
 STEP_ID = re.compile(r"^call_step(\d+)_")
 DEFAULT_COMMAND = 'echo "step {n}"; seq -s " " {n}000 {n}120'
 # Codex's shell tools (exec_command takes {"cmd"}, shell_command {"command": str}, the older
 # shell {"command": [argv]}), then generic names other agents use.
+COMPACTION_PROMPT = "CONTEXT CHECKPOINT COMPACTION"  # Codex's own compaction turn
 SHELL_TOOLS = ("exec_command", "shell_command", "shell", "bash", "run_shell_command", "terminal")
 
 
@@ -41,7 +45,7 @@ class ScriptedAgent:
 
     def __call__(self, body: dict[str, Any]) -> Reply | None:
         tool = shell_tool(body.get("tools"))
-        if tool is None:
+        if tool is None or _asks_for_a_summary(body):
             return None
         session = _session_key(body)
         done = self._step_done(body, session)
@@ -80,7 +84,7 @@ def shell_tool(tools: Any) -> dict[str, Any] | None:
     for tool in tools:
         if not isinstance(tool, dict):
             continue
-        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        fn = _mapping(tool.get("function")) or tool
         if tool.get("type") in ("function", "custom") and isinstance(fn.get("name"), str):
             named[fn["name"]] = {**fn, "type": tool["type"]}
     for name in SHELL_TOOLS:
@@ -96,11 +100,10 @@ def _call(tool: dict[str, Any], command: str, call_id: str) -> dict[str, Any]:
     name = tool["name"]
     if tool["type"] == "custom":
         return {"id": call_id, "type": "custom", "name": name, "input": command}
-    params = tool.get("parameters") if isinstance(tool.get("parameters"), dict) else {}
-    props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    props = _mapping(_mapping(tool.get("parameters")).get("properties"))
     if "cmd" in props:
         args: dict[str, Any] = {"cmd": command}
-    elif (props.get("command") or {}).get("type") == "array":
+    elif _mapping(props.get("command")).get("type") == "array":
         args = {"command": ["bash", "-lc", command]}
     else:
         args = {"command": command}
@@ -110,14 +113,12 @@ def _call(tool: dict[str, Any], command: str, call_id: str) -> dict[str, Any]:
 def _history_calls(body: dict[str, Any]) -> list[str]:
     """Call ids in the history (Responses or chat body)."""
     ids: list[str] = []
-    items = body.get("input") if isinstance(body.get("input"), list) else []
-    for item in items:
+    for item in _sequence(body.get("input")):
         if isinstance(item, dict) and str(item.get("type", "")).endswith("_call"):
             if isinstance(item.get("call_id"), str):
                 ids.append(item["call_id"])
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-    for msg in messages:
-        for call in (msg.get("tool_calls") if isinstance(msg, dict) else None) or []:
+    for msg in _sequence(body.get("messages")):
+        for call in _sequence(_mapping(msg).get("tool_calls")):
             if isinstance(call, dict) and isinstance(call.get("id"), str):
                 ids.append(call["id"])
     return ids
@@ -127,13 +128,25 @@ def _session_key(body: dict[str, Any]) -> str:
     key = body.get("prompt_cache_key")
     if isinstance(key, str) and key:
         return key
-    items = body.get("input") if isinstance(body.get("input"), list) else []
-    first = next(
-        (m for m in [*items, *(body.get("messages") or [])] if _is_user(m)),
-        {},
-    )
+    history = [*_sequence(body.get("input")), *_sequence(body.get("messages"))]
+    first: dict[str, Any] = next((m for m in history if _is_user(m)), {})
     return hashlib.sha256(json.dumps(first.get("content"), default=str).encode()).hexdigest()
 
 
 def _is_user(item: Any) -> bool:
     return isinstance(item, dict) and item.get("role") == "user"
+
+
+def _asks_for_a_summary(body: dict[str, Any]) -> bool:
+    """A proxy's summary call, or an agent's own compaction turn, even with tools offered."""
+    view = body if "messages" in body else chat_view(body, input_items(body))
+    last = last_message_text(view, ("user",))
+    return is_summary_request(view) or COMPACTION_PROMPT in last
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _sequence(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

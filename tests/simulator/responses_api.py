@@ -18,10 +18,12 @@ from .endpoints import UNPARSABLE_JSON, openai_error
 from .exchange import Exchange
 from .models import Behaviour, Disconnect, Fail, Hang, Received, Reply, StreamError
 from .replies import default_reply
+from .responses_compaction import compact_answer, compaction_item, is_compaction_request
 from .responses_items import (
     Seal,
     chat_view,
     input_items,
+    item_tokens,
     pairing_problems,
     prompt_units,
     seal_problems,
@@ -107,7 +109,7 @@ class ResponsesAPI:
     def inspect(self, rec: Received) -> None:
         """Fill in a Responses request's log entry: prompt tokens, summary flag, problems."""
         body = rec.body
-        if not isinstance(body, dict) or _route(rec.path) != [] or rec.method != "POST":
+        if not isinstance(body, dict) or _route(rec.path) not in ([], ["compact"]):
             return
         items = self.history(body) or []
         spec = self.sim.spec_for(body.get("model"))
@@ -129,6 +131,8 @@ class ResponsesAPI:
             await self._create(exchange)
         elif route == ["input_tokens"] and rec.method == "POST":
             await self._input_tokens(exchange)
+        elif route == ["compact"] and rec.method == "POST":
+            await self._compact(exchange)
         elif len(route) == 1 and rec.method in ("GET", "DELETE"):
             await self._by_id(exchange, route[0])
         elif len(route) == 2 and route[1] == "input_items" and rec.method == "GET":
@@ -181,6 +185,23 @@ class ResponsesAPI:
         units = prompt_units(body, items, self.seal)
         count = int((sum(units) + REPLY_PRIMING_TOKENS) * spec.token_factor)
         answer = {"object": "response.input_tokens", "input_tokens": count}
+        await exchange.send_json(200, answer, outcome="reply")
+
+    async def _compact(self, exchange: Exchange) -> None:
+        body: dict[str, Any] = exchange.rec.body
+        items = self.history(body)
+        rejection = self._rejection(body, items)
+        if rejection is not None:
+            await exchange.send_fail(rejection, outcome="invalid_input")
+            return
+        assert items is not None
+        prompt = exchange.rec.prompt_tokens or 0
+        if self._overflows(body, prompt):
+            await exchange.send_fail(Fail(400, overflow_body()), outcome="overflow")
+            return
+        answer = compact_answer(body, items, self.ids, self.seal, usage_object(prompt, 0, 0, 0))
+        output = answer["output"][-1]
+        answer["usage"] = usage_object(prompt, 0, item_tokens(output, self.seal), 0)
         await exchange.send_json(200, answer, outcome="reply")
 
     @staticmethod
@@ -290,7 +311,10 @@ class ResponsesAPI:
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         include = body.get("include")
         encrypted = isinstance(include, list) and "reasoning.encrypted_content" in include
-        out = output_items(reply, self.ids, self.sim._next_call_id, self.seal, encrypted)
+        if is_compaction_request(items):
+            out = [compaction_item(items[:-1], self.ids, self.seal)]
+        else:
+            out = output_items(reply, self.ids, self.sim._next_call_id, self.seal, encrypted)
         prompt = reply.prompt_tokens if reply.prompt_tokens is not None else rec.prompt_tokens
         spent, reasoning = output_tokens(reply, out)
         spec = self.sim.spec_for(body.get("model"))

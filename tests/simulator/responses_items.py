@@ -33,7 +33,8 @@ _CALL_NOUN = {
     "custom_tool_call": "custom tool call",
     "local_shell_call": "local shell call",
 }
-OPAQUE_TOKENS_PER_CHAR = 0.25  # compaction items: their encrypted text stands for a summary
+OPAQUE_TOKENS_PER_CHAR = 0.25  # a compaction item this simulator did not seal: a rough figure
+SEALED_TYPES = ("reasoning", "compaction")
 
 
 def item_type(item: Any) -> str:
@@ -109,6 +110,9 @@ def item_tokens(item: Any, seal: Seal | None = None) -> int:
         hidden = payload.get("text", "") if payload else ""
         return total + count_text(summary_text(item)) + count_text(str(hidden))
     if kind == "compaction":
+        payload = seal.open(item) if seal is not None else None
+        if payload is not None:
+            return total + count_text(str(payload.get("text", "")))
         opaque = str(item.get("encrypted_content") or "")
         return total + int(len(opaque) * OPAQUE_TOKENS_PER_CHAR)
     visible = {k: v for k, v in item.items() if k not in ("id", "type", "status")}
@@ -248,10 +252,11 @@ def abbreviate(opaque: str) -> str:
 
 
 def seal_problems(items: list[Any], seal: Seal) -> list[tuple[int, str]]:
-    """Reasoning items whose encrypted content this simulator did not issue for them."""
+    """Reasoning and compaction items whose encrypted content this simulator did not issue for
+    them."""
     problems: list[tuple[int, str]] = []
     for index, item in enumerate(items):
-        if item_type(item) != "reasoning":
+        if item_type(item) not in SEALED_TYPES:
             continue
         sealed = item.get("encrypted_content")
         if sealed is None or seal.open(item) is not None:

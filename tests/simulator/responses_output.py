@@ -152,7 +152,8 @@ def response_object(
     response_id: str, body: dict[str, Any], status: str = "in_progress"
 ) -> dict[str, Any]:
     """The ``response`` object echoing the request's settings, with no output yet."""
-    reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+    given = body.get("reasoning")
+    reasoning: dict[str, Any] = given if isinstance(given, dict) else {}
     return {
         "id": response_id,
         "object": "response",
