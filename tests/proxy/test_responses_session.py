@@ -145,3 +145,29 @@ def test_an_overflow_without_a_stream_is_recovered(sim: Simulator, db_path: str)
     assert raw.parse().output_text == "Fits now."
     assert raw.headers["x-ctxgate-trigger"] == "overflow"
     assert [r.outcome for r in sim.responses_requests] == ["overflow", "reply"]
+
+
+def test_a_providers_compaction_item_travels_verbatim(sim: Simulator, db_path: str) -> None:
+    sim.responder = ScriptedAgent(turns=200)
+    with proxy_for(sim, db_path) as proxy:
+        sdk = client(proxy)
+        agent = ResponsesAgent(sdk, MODEL, "sealed-1", output_lines=90)
+        trigger = [*agent.items, {"type": "compaction_trigger"}]
+        compacted = sdk.responses.with_raw_response.create(model=MODEL, input=trigger)  # type: ignore[arg-type]
+        [sealed] = compacted.http_response.json()["output"]
+        assert sealed["type"] == "compaction"
+        agent.items.append(sealed)
+        turns = 0
+        while not compressions(proxy, "sealed-1"):
+            assert agent.turn(stream=True)
+            turns += 1
+            assert turns < 60
+        assert agent.turn(stream=False)
+    forwarded = sim.responses_requests[1:]
+    assert [r.problems for r in forwarded] == [[] for _ in forwarded]
+    assert all(r.status == 200 for r in forwarded)
+    carried = [r for r in forwarded if b'"type":"compaction"' in r.raw]
+    # Carried by every request, the ones ctxgate compressed and re-serialised included.
+    assert len(carried) == len(forwarded)
+    assert all(orjson.dumps(sealed) in r.raw for r in carried)
+    assert "true" in [h["x-ctxgate-compressed"] for h in agent.headers]
