@@ -55,13 +55,31 @@ async def responses_input_tokens(request: Request) -> Response:
     return await _relay(candidates, request, headers, raw)
 
 
-@router.api_route("/v1/responses/{response_id}", methods=["GET", "DELETE"])
-@router.api_route("/responses/{response_id}", methods=["GET", "DELETE"], include_in_schema=False)
+@router.get("/v1/responses/{response_id}")
+@router.get("/responses/{response_id}", include_in_schema=False)
+async def responses_retrieve(request: Request, response_id: str) -> Response:
+    return await _relay_stored(request)
+
+
+@router.delete("/v1/responses/{response_id}")
+@router.delete("/responses/{response_id}", include_in_schema=False)
+async def responses_delete(request: Request, response_id: str) -> Response:
+    return await _relay_stored(request)
+
+
 @router.get("/v1/responses/{response_id}/input_items")
 @router.get("/responses/{response_id}/input_items", include_in_schema=False)
+async def responses_input_items(request: Request, response_id: str) -> Response:
+    return await _relay_stored(request)
+
+
 @router.post("/v1/responses/{response_id}/cancel")
 @router.post("/responses/{response_id}/cancel", include_in_schema=False)
-async def responses_stored(request: Request, response_id: str) -> Response:
+async def responses_cancel(request: Request, response_id: str) -> Response:
+    return await _relay_stored(request)
+
+
+async def _relay_stored(request: Request) -> Response:
     services = services_of(request)
     headers = header_dict(request.scope["headers"])
     raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)

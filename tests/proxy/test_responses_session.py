@@ -101,7 +101,8 @@ def overflowing_history(turns: int, lines: int) -> list[dict[str, Any]]:
         )
         output = "\n".join(f"f{step}.py line {n}: x = {n * step}" for n in range(lines))
         items.append({"type": "function_call_output", "call_id": call_id, "output": output})
-    items.append({"type": "compaction", "encrypted_content": "opaque-" + "A" * 40})
+    search = {"type": "search", "query": "release notes"}
+    items.append({"type": "web_search_call", "id": "ws_1", "status": "completed", "action": search})
     items.append(
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Next?"}]}
     )
@@ -133,7 +134,7 @@ def test_an_overflow_is_recovered_before_the_first_byte(db_path: str, stream_err
     assert received[-1].problems == []
     sent = received[-1].body["input"]
     assert len(sent) < len(items) and sent[-1] == items[-1]
-    opaque = [item for item in sent if item.get("type") == "compaction"]
+    opaque = [item for item in sent if item.get("type") == "web_search_call"]
     assert opaque in ([], [items[-2]])  # dropped with its region, or kept as it came
 
 
