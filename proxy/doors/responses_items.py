@@ -34,7 +34,6 @@ from proxy.frontdoor import ORIGINAL
 Item = dict[str, Any]
 INSTRUCTIONS_MARK: dict[str, str] = {"body_field": "instructions"}
 CHAT_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
-_HEAD_ROLES = frozenset({"system", "developer"})
 _ITEM_ROLES = frozenset({"user", "assistant", "system", "developer"})
 _CALL_ID_KEYS = frozenset({"type", "id", "call_id", "status"})
 
@@ -198,7 +197,3 @@ def chat_fields(message: Message) -> tuple[Any, ...]:
 def unchanged(message: Message, items: Sequence[Any]) -> bool:
     """Whether the message still says what its original items say."""
     return chat_fields(message) == chat_fields(group_message(items))
-
-
-def is_head_role(role: Any) -> bool:
-    return role in _HEAD_ROLES

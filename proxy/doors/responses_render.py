@@ -21,7 +21,6 @@ from proxy.doors.responses_items import (
     Item,
     item_kind,
     opaque_placeholder,
-    output_key,
     unchanged,
 )
 from proxy.doors.responses_parts import fresh_text, wire_content
@@ -152,10 +151,3 @@ def _call_rebuilt(item: Item, call: Any) -> Item:
     if kind == "custom_tool_call" and item.get("input") != arguments:
         return {**item, "input": arguments}
     return item  # other calls' arguments are the item itself: never rewritten
-
-
-def pairs_of(items: Sequence[Any]) -> tuple[list[str], list[str]]:
-    """(call ids, output keys) in order: for checks that every call kept its output."""
-    calls = [item["call_id"] for item in items if item_kind(item) == "call"]
-    outputs = [key for item in items if item_kind(item) == "output" if (key := output_key(item))]
-    return calls, outputs

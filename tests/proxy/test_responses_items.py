@@ -15,8 +15,8 @@ from compression.compressor import Compressor
 from compression.engine import SummaryReply
 from compression.invariants import check_invariants
 from compression.options import CompressorOptions
-from proxy.doors.responses_items import INSTRUCTIONS_MARK, item_kind, to_messages
-from proxy.doors.responses_render import pairs_of, to_items
+from proxy.doors.responses_items import INSTRUCTIONS_MARK, item_kind, output_key, to_messages
+from proxy.doors.responses_render import to_items
 from proxy.frontdoor import ORIGINAL
 from tests.compression.builders import context
 from tests.compression.counters import CharCounter
@@ -176,6 +176,13 @@ def test_an_unchanged_view_renders_the_items_exactly(case: tuple[list[Item], str
             "content": instructions,
             ORIGINAL: INSTRUCTIONS_MARK,
         }
+
+
+def pairs_of(items: list[Item]) -> tuple[list[str], list[str]]:
+    """(call ids, output keys) in order."""
+    calls = [item["call_id"] for item in items if item_kind(item) == "call"]
+    outputs = [key for item in items if item_kind(item) == "output" if (key := output_key(item))]
+    return calls, outputs
 
 
 def last_turn_reasoning(items: list[Item]) -> list[Item]:
