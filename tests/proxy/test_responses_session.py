@@ -172,3 +172,16 @@ def test_a_providers_compaction_item_travels_verbatim(sim: Simulator, db_path: s
     assert len(carried) == len(forwarded)
     assert all(orjson.dumps(sealed) in r.raw for r in carried)
     assert "true" in [h["x-ctxgate-compressed"] for h in agent.headers]
+
+
+def test_an_overflow_that_cannot_be_recovered_is_an_error_status(db_path: str) -> None:
+    with Simulator(models={MODEL: ModelSpec(window=2000, stream_errors="event")}) as sim:
+        with proxy_for(sim, db_path, window=128_000) as proxy:
+            huge = [{"role": "user", "content": "word " * 5000}]
+            with pytest.raises(openai.BadRequestError) as refused:
+                client(proxy).responses.create(model=MODEL, input=huge, stream=True)  # type: ignore[arg-type]
+    # Not a 200 stream that breaks: the status tells the client before anything started.
+    assert refused.value.status_code == 400
+    assert "context_length_exceeded" in refused.value.response.text
+    assert refused.value.response.headers["x-ctxgate-error"]
+    assert [r.outcome for r in sim.responses_requests] == ["overflow"]
