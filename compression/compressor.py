@@ -162,7 +162,7 @@ def _skip_reason(run: _Pass, state: EngineState) -> str | None:
         return "empty view"
     if run.ctx.force or run.ctx.trigger == "hygiene":
         return None
-    if run.figure < run.limits.threshold:
+    if not run.ctx.due and run.figure < run.limits.threshold:
         return f"under the threshold ({run.figure:,} < {run.limits.threshold:,} tokens)"
     return blocked_reason(state, run.ctx.now)
 

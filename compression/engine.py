@@ -96,6 +96,9 @@ class CompressionContext:
     # The summary model's real tokens per counted token (its calibration), when the caller
     # knows it; the engine otherwise uses what it measured itself, or a safety margin.
     summary_token_ratio: float | None = None
+    # The caller already decided the view is due (its threshold crossed): the engine does not
+    # weigh the threshold again, only its own cooldowns.
+    due: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from compression.content import clip_middle, content_text
 from compression.handoff import handoff_text, user_text
-from compression.oneliners import first_error_line
+from compression.oneliners import PATH_KEYS, first_error_line
 from compression.prompts import FALLBACK_NOTE
 from compression.pruning import one_liner
 from compression.toolpairs import ToolPairing, call_parts, tool_calls_of
@@ -23,7 +23,6 @@ from compression.types import Message
 
 MAX_CHARS = 8000
 PREVIOUS_MAX_CHARS = 3000
-_PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "target_file", "dir")
 _SECRET = re.compile(
     r"(sk-[A-Za-z0-9_\-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|"
     r"xox[abpr]-[A-Za-z0-9\-]{10,}|(?<=Bearer )[A-Za-z0-9._\-]{16,})"
@@ -127,7 +126,7 @@ def _call_paths(call: Any) -> list[str]:
         return []
     if not isinstance(parsed, dict):
         return []
-    return [str(parsed[key]) for key in _PATH_KEYS if isinstance(parsed.get(key), str)]
+    return [str(parsed[key]) for key in PATH_KEYS if isinstance(parsed.get(key), str)]
 
 
 def _last_turns(messages: Sequence[Message], region: range) -> str:

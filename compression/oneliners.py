@@ -52,7 +52,7 @@ MAX_REFS = 4
 MAX_REFS_CHARS = 100
 REFS_HEAD_CHARS = 800  # a record's ids come first; a command's outcome comes last
 REFS_TAIL_CHARS = 300
-_PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "target_file", "uri", "dir")
+PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "target_file", "uri", "dir")
 _COMMAND_KEYS = ("command", "cmd", "script", "commands", "input", "code")
 _LINE_KEYS = ("offset", "line", "start_line", "line_number", "from_line", "view_range")
 
@@ -100,7 +100,7 @@ def _first(args: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def _path(args: dict[str, Any]) -> str | None:
-    value = _first(args, _PATH_KEYS)
+    value = _first(args, PATH_KEYS)
     return str(value) if value is not None else None
 
 

@@ -60,9 +60,12 @@ def _import(target: str) -> Any:
 
 
 def engine_limits(
-    engine: ContextEngine, context_length: int, max_output_tokens: int | None
+    engine: ContextEngine,
+    context_length: int,
+    max_output_tokens: int | None,
+    defaults: CompressorOptions | None = None,
 ) -> Limits:
-    """The engine's thresholds; engines without their own use the built-in defaults."""
+    """The engine's thresholds; engines without their own use `defaults`' (else built-in)."""
     if isinstance(engine, HasLimits):
         return engine.limits(context_length, max_output_tokens)
-    return limits_for(CompressorOptions(), context_length, max_output_tokens)
+    return limits_for(defaults or CompressorOptions(), context_length, max_output_tokens)

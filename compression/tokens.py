@@ -201,16 +201,9 @@ class _BaseCounter:
         return self.count_text(_compact_json(list(tools)))
 
     def count_messages(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSchema] | None = None,
-        *,
-        digests: Sequence[str] | None = None,
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema] | None = None
     ) -> int:
-        """Prompt tokens of a request: messages + reply priming + tool schemas.
-
-        `digests` (optional) are `message_digests(messages)` if the caller has them already.
-        """
+        """Prompt tokens of a request: messages + reply priming + tool schemas."""
         total = sum(self.count_message(m) for m in messages)
         return total + REPLY_PRIMING + self.count_tools(tools)
 
@@ -319,15 +312,10 @@ class TiktokenCounter(_BaseCounter):
     # messages
 
     def count_message(self, message: Message) -> int:
-        return self._count_cached([message], None)[0]
+        return self._count_cached([message])[0]
 
-    def _count_cached(
-        self, messages: Sequence[Message], digests: Sequence[str] | None
-    ) -> list[int]:
-        if digests is None:
-            digests = message_digests(messages)
-        elif len(digests) != len(messages):
-            raise ValueError("digests and messages differ in length")
+    def _count_cached(self, messages: Sequence[Message]) -> list[int]:
+        digests = message_digests(messages)
         counts = self._cache.get_many(digests)
         fresh: list[tuple[Hashable, int]] = []
         for i, n in enumerate(counts):
@@ -352,13 +340,9 @@ class TiktokenCounter(_BaseCounter):
         return n
 
     def count_messages(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSchema] | None = None,
-        *,
-        digests: Sequence[str] | None = None,
+        self, messages: Sequence[Message], tools: Sequence[ToolSchema] | None = None
     ) -> int:
-        total = sum(self._count_cached(messages, digests)) if messages else 0
+        total = sum(self._count_cached(messages)) if messages else 0
         return total + REPLY_PRIMING + self.count_tools(tools)
 
     def cache_info(self) -> dict[str, int]:

@@ -26,9 +26,9 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from compression.state import EngineState
-from compression.thresholds import limits_for
+from proxy.compaction import manual_answer
 from proxy.dashboard import router as dashboard_router
-from proxy.errors import BadRequest, NotFound
+from proxy.errors import NotFound, invalid_request
 from storage import (
     PROMPT_TOKENS_PENDING,
     SessionDetail,
@@ -50,18 +50,6 @@ def _services(request: Request) -> Services:
     return services
 
 
-def bad_request(exc: RequestValidationError) -> BadRequest:
-    """FastAPI's validation error as a BadRequest naming the parameter (no internals)."""
-    errors = exc.errors()
-    first = errors[0] if errors else {}
-    loc = [str(part) for part in first.get("loc", ())]
-    if first.get("type") == "json_invalid":
-        return BadRequest("The request body is not valid JSON.")
-    where, name = (loc[0], ".".join(loc[1:])) if len(loc) > 1 else ("request", "")
-    message = f"{first.get('msg', 'Invalid value')} ({where} parameter '{name}')."
-    return BadRequest(message, param=name or None)
-
-
 class AdminRoute(APIRoute):
     """Checks the admin key before anything else (even body parsing) and reports invalid
     parameters as BadRequest, so every admin answer is the OpenAI error envelope."""
@@ -74,7 +62,7 @@ class AdminRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                raise bad_request(exc) from None
+                raise invalid_request(exc) from None
 
         return admin_handler
 
@@ -112,9 +100,9 @@ def limits_json(services: Services, model: str) -> dict[str, Any] | None:
     rule = services.settings.rule_for(model)
     if rule is None:
         return None
-    learned = services.conversations.windows.get(model)
-    context_length = min(rule.context_length, learned or rule.context_length)
-    limits = limits_for(services.conversations.options, context_length, rule.max_output_tokens)
+    learned = services.models.windows.get(model)
+    context_length = services.models.context_length(rule, model)
+    limits = services.models.limits(context_length, rule.max_output_tokens)
     return {
         "configured_context_length": rule.context_length,
         "learned_context_length": learned,
@@ -203,27 +191,9 @@ async def compress_session(
     await require_session(services, sk)
     done = await services.conversations.compress_now(sk, body.focus if body else None)
     if done is None:
-        raise NotFound(
-            f"Session '{key}' exists, but this ctxgate process holds no recent request of it to "
-            "compress (it was served by another replica, or before a restart); it will be "
-            "compressed on its next request when it needs to be.",
-            code="session_not_held",
-        )
-    turn, attempt = done
-    note = turn.notes[-1] if turn.notes else None
-    return json_response(
-        {
-            "scope": scope,
-            "key": turn.key.key,
-            "compressed": attempt.changed,
-            "outcome": attempt.outcome,
-            "error": attempt.error,
-            "tokens_before": note.tokens_before if note else None,
-            "tokens_after": note.tokens_after if note else None,
-            "checkpoint_id": note.checkpoint_id if note else None,
-            "messages_after": len(turn.view),
-        }
-    )
+        raise unknown(sk)
+    status, current, answer = manual_answer(done)
+    return json_response({"scope": scope, "key": current.key, **answer}, status)
 
 
 @api.get("/sessions/{scope}/{key:path}", summary="A session with its events and usage")
@@ -241,7 +211,7 @@ async def delete_session(scope: str, key: str, request: Request) -> Response:
     services = _services(request)
     sk = SessionKey(scope, key)
     # First: a running background job or the remembered last view could bring it back.
-    services.conversations.forget(sk)
+    services.sessions.forget(sk)
     if not await services.store.delete_session(sk):
         raise unknown(sk)
     return json_response({"scope": scope, "key": key, "deleted": True})

@@ -19,18 +19,19 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from compression.engine import ContextEngine
-from compression.options import CompressorOptions
 from proxy.admin import router as admin_router
 from proxy.auth import Authenticator
 from proxy.compaction import Compactor
 from proxy.conversations import Conversations
 from proxy.doors import BY_PATH
-from proxy.errors import BadRequest, ProxyError, error_response
+from proxy.errors import ProxyError, error_response, invalid_request
 from proxy.frontdoor import FrontDoor
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
+from proxy.models import Models
 from proxy.responses_routes import router as responses_router
 from proxy.routes import header_dict, read_body, router
+from proxy.sessions import Sessions
 from proxy.settings import Settings
 from proxy.upstream import Upstream, new_http_transport
 from storage import SessionLocks, SessionStore
@@ -39,31 +40,15 @@ log = logging.getLogger("ctxgate")
 
 
 def engine_options(settings: Settings) -> dict[str, Any]:
-    """The built-in engine's options: the top-level thresholds plus `compression.options`."""
+    """The built-in engine's options: the top-level thresholds plus `compression.options`
+    (settings refuses the top-level keys there, so each has one home)."""
     c = settings.compression
-    options: dict[str, Any] = {
+    thresholds = {
         "threshold": c.threshold,
         "hygiene_threshold": c.hygiene_threshold,
         "hygiene_max_messages": c.hygiene_max_messages,
     }
-    if c.summary.context_length:
-        options["summary_model_context_length"] = c.summary.context_length
-    return {**options, **c.options}
-
-
-def trigger_options(settings: Settings) -> CompressorOptions:
-    """Threshold figures the proxy's triggers use, whichever engine is configured."""
-    options = engine_options(settings)
-    if settings.compression.engine not in ("compressor",):
-        keep = {
-            "threshold",
-            "hygiene_threshold",
-            "hygiene_max_messages",
-            "min_threshold_tokens",
-            "threshold_tokens",
-        }
-        options = {k: v for k, v in options.items() if k in keep}
-    return CompressorOptions.from_mapping(options)
+    return {**thresholds, **c.options}
 
 
 def build_engine(settings: Settings) -> ContextEngine:
@@ -84,6 +69,8 @@ class Services:
     store: SessionStore
     gateway: Gateway
     conversations: Conversations
+    models: Models
+    sessions: Sessions
     upstreams: dict[str, Upstream]
     auth: Authenticator
     metrics: Metrics
@@ -125,10 +112,9 @@ async def start_services(
         clock=clock,
         observe=metrics.compression,
     )
-    windows = await store.get_model_windows()
-    conversations = Conversations(
-        settings, store, compactor, upstreams, trigger_options(settings), windows, clock
-    )
+    models = Models(settings, store, engine, await store.get_model_windows())
+    sessions = Sessions(store, clock, settings.server.held_request_bytes)
+    conversations = Conversations(settings, store, compactor, upstreams, models, sessions, clock)
     auth = Authenticator(settings.auth)
     gateway = Gateway(settings, conversations, auth, metrics)
     return Services(
@@ -137,6 +123,8 @@ async def start_services(
         store,
         gateway,
         conversations,
+        models,
+        sessions,
         upstreams,
         auth,
         metrics,
@@ -149,17 +137,14 @@ async def on_proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
     services = getattr(request.app.state, "services", None)
     if services is not None:
-        services.metrics.error(exc.status_code)
+        services.metrics.finished(exc.status_code)
     door = BY_PATH.get(request.url.path)
     return error_response(exc, envelope=door.error_body if door is not None else None)
 
 
 async def on_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    first = exc.errors()[0] if exc.errors() else {}
-    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
-    message = str(first.get("msg", "invalid request"))
-    return error_response(BadRequest(f"Invalid {where or 'request'}: {message}", param=where))
+    return error_response(invalid_request(exc))
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:

@@ -4,7 +4,7 @@ Every path that compresses (hygiene, preflight, background after a response, ove
 recovery, the manual API) goes through `Compactor.compress`, which:
   1. takes the session lock (in-process + database lease); on timeout the request goes on
      uncompressed;
-  2. looks again for a checkpoint another path may have written meanwhile;
+  2. looks again for a checkpoint another path may have committed while it waited;
   3. runs the engine on the view (never on the client's raw list);
   4. commits checkpoint + archive + event + engine state in one transaction.
 Database errors never lose the request: the compressed view is still used for this request.
@@ -16,19 +16,19 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from compression.digest import chained_digests
 from compression.engine import (
     CompressionContext,
     CompressionResult,
     ContextEngine,
     Summarizer,
     TokenCounter,
+    Trigger,
 )
 from compression.types import Message
-from proxy.turn import CompressionNote, Turn
+from proxy.turn import CompressionNote, Turn, reservation
 from storage import (
     CompressionCommit,
     EventRecord,
@@ -44,12 +44,56 @@ COMMITTED = ("compressed", "fallback")
 
 
 @dataclass(frozen=True, slots=True)
-class Attempt:
-    """How one compression attempt went, for the caller's progress rule."""
+class Applied:
+    """What one compression attempt did: its outcome and the turn to go on with (the same view
+    when nothing was committed; the engine state may have moved either way)."""
 
     changed: bool
     outcome: str
     error: str | None
+    turn: Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A manual compression left to the session's next request (this process does not hold
+    its latest view)."""
+
+    key: SessionKey
+
+
+def manual_answer(done: Applied | Scheduled) -> tuple[int, SessionKey, dict[str, Any]]:
+    """A manual compression's status, session and answer (less the session's name, which the
+    public and the admin API each give their way)."""
+    if isinstance(done, Scheduled):
+        return (
+            202,
+            done.key,
+            {
+                "compressed": False,
+                "outcome": "scheduled",
+                "error": None,
+                "tokens_before": None,
+                "tokens_after": None,
+                "checkpoint_id": None,
+                "messages_after": None,
+            },
+        )
+    turn = done.turn
+    note = turn.notes[-1] if turn.notes else None
+    return (
+        200,
+        turn.key,
+        {
+            "compressed": done.changed,
+            "outcome": done.outcome,
+            "error": done.error,
+            "tokens_before": note.tokens_before if note else None,
+            "tokens_after": note.tokens_after if note else None,
+            "checkpoint_id": note.checkpoint_id if note else None,
+            "messages_after": len(turn.view),
+        },
+    )
 
 
 class Compactor:
@@ -74,84 +118,88 @@ class Compactor:
         # started it: arrival, background, overflow or manual.
         self.observe = observe or (lambda *_: None)
 
-    async def apply_checkpoint(self, turn: Turn, digests: list[str] | None = None) -> bool:
-        """Use the newest checkpoint matching the client's prefix; True when one applied."""
-        if digests is None:
-            digests = chained_digests(turn.messages)
+    async def apply_checkpoint(self, turn: Turn) -> Turn:
+        """The turn using the newest checkpoint matching the client's prefix, if one is newer
+        than the one it uses."""
+        turn = turn.with_digests()
+        assert turn.digests is not None
         try:
-            checkpoint = await self.store.find_checkpoint(turn.key, digests)
+            checkpoint = await self.store.find_checkpoint(turn.key, list(turn.digests))
         except StorageError as exc:
             log.warning("checkpoint lookup failed; going on without: %s", exc)
-            return False
+            return turn
         if checkpoint is None or checkpoint.id == turn.checkpoint_id:
-            return False
+            return turn
         if turn.checkpoint_id is not None and checkpoint.prefix_len < turn.prefix_len:
-            return False
+            return turn
         # Storage keeps plain JSON objects; they are the same wire dicts the client sent.
         replacement = cast(list[Message], checkpoint.messages)
         view = replacement + turn.messages[checkpoint.prefix_len :]
-        turn.use_view(view, prefix_len=checkpoint.prefix_len, checkpoint_id=checkpoint.id)
-        return True
+        return turn.with_view(view, prefix_len=checkpoint.prefix_len, checkpoint_id=checkpoint.id)
 
     async def compress(
         self,
         turn: Turn,
         *,
-        trigger: str,
+        trigger: Trigger,
         counter: TokenCounter,
         summarize: Summarizer | None,
         force: bool = False,
         focus: str | None = None,
         current_tokens: int | None = None,
         summary_token_ratio: float | None = None,
-    ) -> Attempt:
+        summary_context_length: int | None = None,
+    ) -> Applied:
         async with self.locks.hold(turn.key, wait_s=self.lock_wait_s) as got:
             if not got:
-                return Attempt(False, "lock_timeout", "another compression holds the session")
-            digests = chained_digests(turn.messages)
-            if not force and await self.apply_checkpoint(turn, digests):
-                return Attempt(True, "reused", None)
+                return Applied(False, "lock_timeout", "another compression holds the session", turn)
+            if not force:
+                # Another path may have committed while this one waited for the lock.
+                reused = await self.apply_checkpoint(turn)
+                if reused.checkpoint_id != turn.checkpoint_id:
+                    return Applied(True, "reused", None, reused)
+            turn = turn.with_digests()
             ctx = CompressionContext(
                 model=turn.request.model,
                 context_length=turn.context_length,
-                max_output_tokens=turn.max_tokens
-                or turn.request.max_tokens
-                or turn.rule.max_output_tokens,
+                max_output_tokens=reservation(turn),
                 counter=counter,
                 summarize=summarize,
                 state=turn.state,
                 tools=turn.request.tools,
-                trigger=trigger,  # type: ignore[arg-type]
+                trigger=trigger,
                 force=force,
                 focus=focus,
                 current_tokens=current_tokens,
                 now=self.clock(),
+                summary_context_length=summary_context_length,
                 summary_token_ratio=summary_token_ratio,
+                due=True,
             )
             started = time.perf_counter()
             result = await self.engine.compress(turn.view, ctx)
             duration_ms = (time.perf_counter() - started) * 1000
-            turn.state = result.state
             if result.outcome != "skipped":
                 self.observe(trigger, result.outcome, result.tokens_before, result.tokens_after)
             if result.outcome not in COMMITTED:
                 await self._record_miss(turn, trigger, result, duration_ms)
-                return Attempt(False, result.outcome, result.error)
-            checkpoint_id = await self._commit(turn, trigger, result, digests, duration_ms)
-            turn.notes.append(
-                CompressionNote(
-                    trigger,
-                    result.outcome,
-                    result.tokens_before,
-                    result.tokens_after,
-                    checkpoint_id,
-                )
+                missed = replace(turn, state=result.state)
+                return Applied(False, result.outcome, result.error, missed)
+            key, checkpoint_id = await self._commit(turn, trigger, result, duration_ms)
+            note = CompressionNote(
+                trigger, result.outcome, result.tokens_before, result.tokens_after, checkpoint_id
             )
-            turn.use_view(
+            done = turn.with_view(
                 result.messages, prefix_len=len(turn.messages), checkpoint_id=checkpoint_id
             )
-            turn.estimate = result.tokens_after
-            return Attempt(True, result.outcome, result.error)
+            done = replace(
+                done,
+                key=key,
+                state=result.state,
+                estimate=result.tokens_after,
+                notes=(*turn.notes, note),
+            )
+            return Applied(True, result.outcome, result.error, done)
 
     def _archived(self, turn: Turn, result: CompressionResult) -> list[tuple[int, Message]]:
         """Client messages (by position) that the new view no longer holds verbatim."""
@@ -162,13 +210,10 @@ class Compactor:
         return out
 
     async def _commit(
-        self,
-        turn: Turn,
-        trigger: str,
-        result: CompressionResult,
-        digests: list[str],
-        duration_ms: float,
-    ) -> int | None:
+        self, turn: Turn, trigger: str, result: CompressionResult, duration_ms: float
+    ) -> tuple[SessionKey, int | None]:
+        """Store the compression; the session key it lives under now, and its checkpoint id."""
+        assert turn.digests is not None
         event = EventRecord(
             sk=turn.key,
             trigger=trigger,
@@ -184,7 +229,7 @@ class Compactor:
             sk=turn.key,
             model=turn.request.model,
             prefix_len=len(turn.messages),
-            prefix_digest=digests[-1],
+            prefix_digest=turn.digests[-1],
             messages=_plain(result.messages),
             summary=result.summary,
             tokens_before=result.tokens_before,
@@ -198,10 +243,8 @@ class Compactor:
             checkpoint = await self.store.commit_compression(commit)
         except StorageError as exc:
             log.error("could not store a compression; this request still uses it: %s", exc)
-            return None
-        if checkpoint.key != turn.key.key:
-            turn.key = SessionKey(checkpoint.scope, checkpoint.key)
-        return checkpoint.id
+            return turn.key, None
+        return SessionKey(checkpoint.scope, checkpoint.key), checkpoint.id
 
     async def _record_miss(
         self, turn: Turn, trigger: str, result: CompressionResult, duration_ms: float

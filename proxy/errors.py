@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import orjson
+from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 
 
@@ -115,3 +116,15 @@ def error_response(
     return Response(
         body, status_code=exc.status_code, headers=headers, media_type="application/json"
     )
+
+
+def invalid_request(exc: RequestValidationError) -> BadRequest:
+    """FastAPI's validation error as a BadRequest naming the parameter (no internals)."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(part) for part in first.get("loc", ())]
+    if first.get("type") == "json_invalid":
+        return BadRequest("The request body is not valid JSON.")
+    where, name = (loc[0], ".".join(loc[1:])) if len(loc) > 1 else ("request", "")
+    message = f"{first.get('msg', 'Invalid value')} ({where} parameter '{name}')."
+    return BadRequest(message, param=name or None)

@@ -53,6 +53,17 @@ class Gateway:
 
     async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         """Serve one request of `door`'s API; raises ProxyError for the error handler."""
+        try:
+            return await self._serve(door, headers, raw)
+        except orjson.JSONEncodeError as exc:
+            # The parser takes deeper nesting than the serialiser: met when an id is derived
+            # or the body rewritten, always before the upstream is called.
+            raise BadRequest(
+                "The request body holds JSON nested deeper than ctxgate can re-serialise "
+                f"(255 levels): {exc}."
+            ) from exc
+
+    async def _serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
         request = door.parse(raw)
@@ -69,8 +80,8 @@ class Gateway:
                 orjson.dumps(turn.view).decode(),
             )
         if request.stream:
-            return await self._stream(turn, arrived)
-        return await self._complete(turn, arrived)
+            return await self._stream(turn)
+        return await self._complete(turn)
 
     def _rule(self, door: FrontDoor, request: WireRequest) -> ModelRule:
         rule = self.settings.rule_for(request.model)
@@ -96,19 +107,18 @@ class Gateway:
 
     async def _recover_or_raise(
         self, turn: Turn, error: UpstreamStatus, attempt: int, body_bytes: int
-    ) -> None:
-        """Return when a retry may fit; otherwise raise the upstream's error with a reason."""
+    ) -> Turn:
+        """The turn to retry with; otherwise raise the upstream's error with a reason."""
         overflow = turn.door.overflow(error.status_code, error.raw)
         if overflow is None:
             raise error
-        self.metrics.overflow(turn)
-        if attempt >= self.settings.compression.max_attempts:
-            raise _with_reason(error, f"still too large after {attempt} forced compressions")
-        reason = await self.conversations.recover(turn, overflow, body_bytes)
+        self.metrics.overflow()
+        turn, reason = await self.conversations.recover(turn, overflow, attempt, body_bytes)
         if reason is not None:
             raise _with_reason(error, reason)
+        return turn
 
-    async def _complete(self, turn: Turn, arrived: float) -> Response:
+    async def _complete(self, turn: Turn) -> Response:
         headers = self._upstream_headers(turn)
         attempt = 0
         while True:
@@ -123,7 +133,7 @@ class Gateway:
                 response.content,
                 client_response_headers(response.headers.items()),
             )
-            await self._recover_or_raise(turn, error, attempt, len(body))
+            turn = await self._recover_or_raise(turn, error, attempt, len(body))
             attempt += 1
         out_headers = client_response_headers(response.headers.items())
         out_headers.update(turn.response_headers())
@@ -134,20 +144,20 @@ class Gateway:
             headers=out_headers,
             media_type=response.headers.get("content-type", "application/json"),
             # Bookkeeping runs once the client has its answer: it is not what they wait for.
-            background=BackgroundTask(self._finish, turn, response, arrived),
+            background=BackgroundTask(self._finish, turn, response),
         )
 
-    async def _finish(self, turn: Turn, response: httpx.Response, arrived: float) -> None:
+    async def _finish(self, turn: Turn, response: httpx.Response) -> None:
         # A coroutine: Starlette would run a plain function in a worker thread.
         try:
             self.conversations.after_response(turn, turn.door.usage(response.content))
         except Exception:  # the answer is already out; nothing left to report it to
             log.exception("session bookkeeping after a response failed")
-        self.metrics.finished(turn, arrived, response.status_code)
+        self.metrics.finished(response.status_code)
 
     async def _open_stream(
         self, turn: Turn, stack: AsyncExitStack
-    ) -> tuple[httpx.Response, StreamRelay]:
+    ) -> tuple[Turn, httpx.Response, StreamRelay]:
         """The upstream's stream, opened and checked up to its first event.
 
         Providers may put an overflow error in the stream after their 200; seen before
@@ -171,19 +181,19 @@ class Gateway:
                 await call.aclose()
                 if response is None:  # a status, not an event in the stream
                     self.metrics.upstream_done(turn, sent, error.status_code)
-                await self._recover_or_raise(turn, error, attempt, len(body))
+                turn = await self._recover_or_raise(turn, error, attempt, len(body))
                 attempt += 1
                 continue
             except BaseException:
                 await call.aclose()
                 raise
             stack.push_async_exit(call)
-            return response, relay
+            return turn, response, relay
 
-    async def _stream(self, turn: Turn, arrived: float) -> Response:
+    async def _stream(self, turn: Turn) -> Response:
         stack = AsyncExitStack()
         try:
-            response, relay = await self._open_stream(turn, stack)
+            turn, response, relay = await self._open_stream(turn, stack)
         except BaseException:
             await stack.aclose()
             raise
@@ -192,11 +202,11 @@ class Gateway:
         out_headers.update(_SSE_HEADERS)
         out_headers.update(turn.response_headers())
         return EventStreamResponse(
-            self._relay(turn, relay, stack, arrived), response.status_code, out_headers
+            self._relay(turn, relay, stack), response.status_code, out_headers
         )
 
     async def _relay(
-        self, turn: Turn, relay: StreamRelay, stack: AsyncExitStack, arrived: float
+        self, turn: Turn, relay: StreamRelay, stack: AsyncExitStack
     ) -> AsyncIterator[bytes]:
         completed = False
         try:
@@ -208,9 +218,9 @@ class Gateway:
             # the cleanup really closes the upstream connection (which cancels the generation).
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
-                if completed and relay.failed is None:
+                if completed and relay.watch.failed is None:
                     self.conversations.after_response(turn, relay.watch.usage)
-                self.metrics.finished(turn, arrived, 200 if relay.failed is None else 502)
+                self.metrics.finished(200 if relay.watch.failed is None else 502)
 
 
 def _raise_overflow_event(door: FrontDoor, data: bytes | None, response: httpx.Response) -> None:

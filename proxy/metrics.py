@@ -93,13 +93,11 @@ class Metrics:
             time.perf_counter() - sent
         )
 
-    def overflow(self, turn: Turn) -> None:
+    def overflow(self) -> None:
         self.overflows.inc()
 
-    def finished(self, turn: Turn, arrived: float, status: int) -> None:
-        self.requests.labels(str(status)).inc()
-
-    def error(self, status: int) -> None:
+    def finished(self, status: int) -> None:
+        """A request answered (an error answer too)."""
         self.requests.labels(str(status)).inc()
 
     def render(self) -> bytes:

@@ -99,6 +99,8 @@ def _error_fields(body: bytes) -> tuple[str, str, str]:
         return "", "", body[:4000].decode("utf-8", "replace")
     if isinstance(data, list) and data:
         data = data[0]
+    if data is None:
+        return "", "", ""
     if not isinstance(data, dict):
         return "", "", str(data)[:4000]
     error = data.get("error", data)

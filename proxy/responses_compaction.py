@@ -74,17 +74,19 @@ async def compact(services: Services, headers: Mapping[str, str], raw: bytes) ->
     ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
     conversations = services.conversations
     turn = await conversations.prepare(DOOR, ident, request, rule, forward)
-    counter = conversations.counter(rule, request.model)
+    counter = conversations.models.counter(rule, request.model)
     before = counter.count_messages(request.messages, request.tools)
     if not turn.notes:  # the arrival triggers may have compressed it already
-        await conversations.compactor.compress(
+        applied = await conversations.compactor.compress(
             turn,
             trigger="manual",
             counter=counter,
             summarize=conversations.summarizer(turn),
             force=True,
-            summary_token_ratio=conversations.summary_token_ratio(turn),
+            summary_token_ratio=conversations.models.summary_token_ratio(request.model),
+            summary_context_length=services.settings.compression.summary.context_length,
         )
+        turn = applied.turn
     after = counter.count_messages(turn.view, request.tools)
     body = compaction_body(to_items(turn.view, request.messages), before, after, time.time())
     return Response(

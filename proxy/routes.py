@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
+from proxy.compaction import manual_answer
 from proxy.doors import BY_PATH
 from proxy.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.headers import upstream_request_headers
@@ -119,7 +120,8 @@ async def metrics(request: Request) -> Response:
 
 @router.post("/v1/sessions/{session_id}/compress")
 async def compress_session(session_id: str, request: Request) -> Response:
-    """Compress a session now (its most recent view), optionally around a focus topic."""
+    """Compress a session now (its most recent view), optionally around a focus topic; 202
+    when the compression is left to the session's next request."""
     services = services_of(request)
     credential = services.auth.client_credential(request.headers)
     raw = await read_body(request.headers, request.receive, 64 * 1024)
@@ -135,22 +137,6 @@ async def compress_session(session_id: str, request: Request) -> Response:
     key = SessionKey(scope_for(credential), session_id)
     done = await services.conversations.compress_now(key, focus)
     if done is None:
-        raise NotFound(
-            f"No recent request of session '{session_id}' is held by this ctxgate process; "
-            "send a request first.",
-            code="session_not_found",
-        )
-    turn, attempt = done
-    note = turn.notes[-1] if turn.notes else None
-    return JSONResponse(
-        {
-            "session_id": turn.key.key,
-            "compressed": attempt.changed,
-            "outcome": attempt.outcome,
-            "error": attempt.error,
-            "tokens_before": note.tokens_before if note else None,
-            "tokens_after": note.tokens_after if note else None,
-            "checkpoint_id": note.checkpoint_id if note else None,
-            "messages_after": len(turn.view),
-        }
-    )
+        raise NotFound(f"No session '{session_id}' is known.", code="session_not_found")
+    status, key, answer = manual_answer(done)
+    return JSONResponse({"session_id": key.key, **answer}, status_code=status)

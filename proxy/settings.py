@@ -38,6 +38,10 @@ class ServerSettings:
     """TCP port (`--port` overrides it)."""
     max_body_bytes: int = 32 * 1024 * 1024
     """Largest chat request body accepted, in bytes; a larger one is refused with 413."""
+    held_request_bytes: int = 256 * 1024 * 1024
+    """Bytes of request bodies this process holds (each session's latest, least recently used
+    dropped first) so the manual compression API can compress them at once; a session whose
+    latest request is not held is compressed on its next request instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +293,7 @@ def _server(r: _Reader) -> ServerSettings:
         host=r.get("host", str, d.host),
         port=r.positive("port", int, d.port),
         max_body_bytes=r.positive("max_body_bytes", int, d.max_body_bytes),
+        held_request_bytes=r.positive("held_request_bytes", int, d.held_request_bytes),
     )
     r.done()
     return out
@@ -393,7 +398,25 @@ def _compression(r: _Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compr
         options=dict(r.get("options", dict, {})),
     )
     r.done()
+    if out.engine == "compressor":
+        for key in out.options:
+            if key in _HOMES:
+                raise SettingsError(
+                    f"compression.options.{key}: this setting lives at {_HOMES[key]}; "
+                    "set it there instead"
+                )
     return out
+
+
+# Built-in engine options that have their home elsewhere in the config.
+_HOMES = {
+    "threshold": "compression.threshold",
+    "hygiene_threshold": "compression.hygiene_threshold",
+    "hygiene_max_messages": "compression.hygiene_max_messages",
+    "summary_model": "compression.summary.model",
+    "summary_timeout": "compression.summary.timeout_s",
+    "summary_model_context_length": "compression.summary.context_length",
+}
 
 
 def _auth(r: _Reader) -> AuthSettings:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
+from compression.digest import chained_digests
 from compression.state import EngineState
 from compression.types import Message
 from proxy.frontdoor import FrontDoor, WireRequest
@@ -25,9 +26,10 @@ class CompressionNote:
     checkpoint_id: int | None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Turn:
-    """Mutable while the request is served: retries replace the view and max_tokens."""
+    """One request's record; what happens to it (a checkpoint, a compression, a retry with a
+    lower max_tokens) gives a new Turn, never changes this one."""
 
     ident: Identity
     key: SessionKey
@@ -47,7 +49,8 @@ class Turn:
     estimate: int | None = None  # ctxgate's token figure for the view, when computed
     started_at: float = 0.0
     anchored: bool = True  # the session's last real figure was measured on a prefix of this view
-    notes: list[CompressionNote] = field(default_factory=list)
+    notes: tuple[CompressionNote, ...] = ()
+    digests: tuple[str, ...] | None = None  # chained digests of the client's messages, once
 
     @property
     def messages(self) -> list[Message]:
@@ -57,12 +60,23 @@ class Turn:
     def view_changed(self) -> bool:
         return self.checkpoint_id is not None or self.view is not self.request.messages
 
-    def use_view(self, view: list[Message], *, prefix_len: int, checkpoint_id: int | None) -> None:
-        self.view = view
-        self.prefix_len = prefix_len
-        self.replacement_len = len(view) - (len(self.messages) - prefix_len)
-        self.checkpoint_id = checkpoint_id
-        self.estimate = None
+    def with_digests(self) -> Turn:
+        """This turn with the client messages' chained digests computed (once per request)."""
+        if self.digests is not None:
+            return self
+        return replace(self, digests=tuple(chained_digests(self.messages)))
+
+    def with_view(self, view: list[Message], *, prefix_len: int, checkpoint_id: int | None) -> Turn:
+        """The turn forwarding `view`: a checkpoint's replacement plus the client messages
+        after its first `prefix_len`, or a compression's result."""
+        return replace(
+            self,
+            view=view,
+            prefix_len=prefix_len,
+            replacement_len=len(view) - (len(self.messages) - prefix_len),
+            checkpoint_id=checkpoint_id,
+            estimate=None,
+        )
 
     def upstream_body(self) -> bytes:
         """The body to send: the client's bytes when nothing changed, else the view rendered."""
@@ -88,3 +102,9 @@ class Turn:
             }
         )
         return headers
+
+
+def reservation(turn: Turn) -> int | None:
+    """The output tokens reserved out of the window: a retry's lowered max_tokens, else the
+    client's, else the model rule's."""
+    return turn.max_tokens or turn.request.max_tokens or turn.rule.max_output_tokens

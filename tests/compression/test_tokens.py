@@ -18,7 +18,6 @@ import pytest
 
 from compression import tokens
 from compression.calibration import Calibration
-from compression.digest import message_digests
 from compression.encodings import clear_loaded
 from compression.engine import TokenCounter
 from compression.tokens import (
@@ -347,10 +346,9 @@ def test_cache_hits_return_identical_results() -> None:
     cold = counter.count_messages(msgs)
     misses = counter.cache_info()["misses"]
     assert counter.count_messages(msgs) == cold
-    assert counter.count_messages(msgs, digests=message_digests(msgs)) == cold
     info = counter.cache_info()
     assert info["misses"] == misses  # nothing re-tokenised
-    assert info["hits"] >= 2 * len(msgs)
+    assert info["hits"] >= len(msgs)
     assert [counter.count_message(m) for m in msgs] == [
         TiktokenCounter("o200k_base", cache_size=0).count_message(m) for m in msgs
     ]
@@ -375,11 +373,6 @@ def test_cache_is_bounded_lru() -> None:
     assert counter.cache_info()["hits"] == hits + 1
     counter.count_message(m2)  # type: ignore[arg-type]
     assert counter.cache_info()["hits"] == hits + 1
-
-
-def test_digests_must_match_messages(o200k: TiktokenCounter) -> None:
-    with pytest.raises(ValueError):
-        o200k.count_messages([{"role": "user", "content": "x"}], digests=[])
 
 
 def test_concurrent_counting_is_consistent() -> None:

@@ -215,6 +215,21 @@ def test_bad_requests_get_a_clear_400(
     assert sim.chat_requests == []
 
 
+DEEP = "[" * 300 + "]" * 300
+
+
+def test_json_nested_past_what_can_be_reserialised_gets_a_400_before_any_upstream_call(
+    sim: Simulator, proxy: ProxyServer
+) -> None:
+    # Deriving the session id serialises the opening, which holds the deep value.
+    part = f'{{"type":"text","text":"x","deep":{DEEP}}}'
+    body = f'{{"model":"m","messages":[{{"role":"user","content":[{part}]}}]}}'
+    response = httpx.post(proxy.base_url + "/chat/completions", content=body)
+    assert response.status_code == 400, response.text
+    assert "nested" in response.json()["error"]["message"]
+    assert sim.chat_requests == []
+
+
 def test_sdk_raises_bad_request_for_wrong_types(proxy: ProxyServer) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client(proxy.base_url).chat.completions.create(model="gpt-4o-mini", messages="hi")  # type: ignore[arg-type]

@@ -155,8 +155,33 @@ def test_concurrent_requests_of_one_session_compress_once(sim8k: Simulator, db_p
     assert len(sim8k.summary_requests) == 1
 
 
+@pytest.mark.parametrize("dialect", ["numberless", "bare413"])
+def test_refusals_without_numbers_teach_a_window_so_later_turns_fit(
+    db_path: str, dialect: str
+) -> None:
+    """ctxgate believes the window is 64K; the provider's real one is 8K and its refusals state
+    no figure. The first refusal steps the assumed window down the probe tiers; the turns
+    after it are compressed to fit before they are sent, not after a refusal each."""
+    spec = ModelSpec(window=WINDOW, dialect=dialect)
+    with Simulator(models={MODEL: spec}, validate_messages=True) as sim:
+        with ProxyServer(small_model_settings(sim, db_path, context_length=8 * WINDOW)) as proxy:
+            loop = AgentLoop(client_for(proxy), MODEL, session_id=f"numberless-{dialect}")
+            loop.script(sim)
+            grow(loop, 6 * WINDOW)
+            learned = proxy.services.models.windows.get(MODEL)
+        ordinary = [r for r in sim.chat_requests if not r.is_summary]
+        overflows = [r for r in ordinary if r.outcome == "overflow"]
+        assert 1 <= len(overflows) <= 2, [r.prompt_tokens for r in overflows]
+        assert learned is not None and learned < WINDOW
+        for received in ordinary:
+            check_invariants(received.body["messages"])
+            assert received.problems == []
+    assert len(loop.responses) == len(loop.full_tokens)  # every request got an answer
+
+
 @pytest.mark.parametrize(
-    "dialect", ["openai", "vllm", "llamacpp", "anthropic", "anthropic413", "deepseek", "tgi"]
+    "dialect",
+    ["openai", "vllm", "llamacpp", "anthropic", "anthropic413", "deepseek", "tgi", "numberless"],
 )
 def test_overflow_errors_of_each_dialect_are_recovered(db_path: str, dialect: str) -> None:
     """ctxgate believes the window is 32K; the provider's real window is 8K."""

@@ -119,6 +119,24 @@ OPENROUTER = body(
         (400, LLAMACPP, "prompt", 8192, 13392),
         (400, ANTHROPIC, "prompt", 200000, 213462),
         (413, ANTHROPIC_413, "bytes", None, None),
+        (413, b"", "bytes", None, None),  # a gateway's bare 413
+        (
+            400,
+            body(
+                {
+                    "error": {
+                        "message": "Your input exceeds the context window of this model. "
+                        "Please adjust your input and try again.",
+                        "type": "invalid_request_error",
+                        "param": "input",
+                        "code": "context_length_exceeded",
+                    }
+                }
+            ),
+            "prompt",
+            None,
+            None,
+        ),
         (400, DEEPSEEK, "prompt", 131072, 122942),
         (422, TGI, "prompt_plus_output", 4096, 4000),
         (400, GEMINI, "prompt", 1048575, None),

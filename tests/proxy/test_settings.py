@@ -56,6 +56,27 @@ def test_no_config_file_uses_the_environment() -> None:
         ({"upstreams": {"a": {"base_url": "ftp://x"}}}, "upstreams.a.base_url"),
         ({"auth": {"keys": "one"}}, "auth.keys: expected a list"),
         ({"logging": {"level": "loud"}}, "logging.level"),
+        (
+            {"compression": {"options": {"threshold": 0.6}}},
+            "compression.options.threshold: this setting lives at compression.threshold",
+        ),
+        (
+            {"compression": {"options": {"summary_model": "m"}}},
+            "compression.options.summary_model: this setting lives at compression.summary.model",
+        ),
+        (
+            {"compression": {"options": {"summary_timeout": 5}}},
+            "lives at compression.summary.timeout_s",
+        ),
+        (
+            {"compression": {"options": {"summary_model_context_length": 8000}}},
+            "lives at compression.summary.context_length",
+        ),
+        (
+            {"upstreams": {"a": {"base_url": "http://x", "apis": ["chat", "soap"]}}},
+            "upstreams.a.apis: expected a non-empty list of chat, responses, messages",
+        ),
+        ({"upstreams": {"a": {"base_url": "http://x", "auth": "basic"}}}, "upstreams.a.auth"),
     ],
 )
 def test_errors_name_the_key(patch: dict[str, object], message: str) -> None:
@@ -70,3 +91,16 @@ def test_unreadable_file_and_bad_yaml(tmp_path: Path) -> None:
     bad.write_text("upstreams: [unclosed\n")
     with pytest.raises(SettingsError, match="invalid YAML"):
         load_settings(bad, {})
+
+
+def test_an_upstream_declares_its_apis_and_how_its_key_travels() -> None:
+    ups = {
+        "both": {"base_url": "http://a/v1"},
+        "claude": {"base_url": "http://b/v1", "apis": ["messages"]},
+        "mixed": {"base_url": "http://c/v1", "apis": ["chat", "messages"], "auth": "x-api-key"},
+    }
+    settings = parse_settings({**BASE, "upstreams": ups, "models": [{"match": "*"}]}, {})
+    assert settings.upstreams["both"].apis == ("chat", "responses")
+    assert settings.upstreams["both"].auth == "bearer"
+    assert settings.upstreams["claude"].auth == "x-api-key"
+    assert settings.upstreams["mixed"].apis == ("chat", "messages")

@@ -85,3 +85,42 @@ async def test_an_empty_stream_has_no_first_event() -> None:
 )
 def test_error_status_of_event_data(data: bytes, status: int | None) -> None:
     assert error_status(data) == status
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        b'{"error":{"message":"overloaded","type":"server_error"}}',
+        b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}',
+        b'{"object":"error","message":"engine died","code":500}',
+    ],
+)
+async def test_an_error_event_after_the_first_fails_the_stream_in_every_shape(
+    error: bytes,
+) -> None:
+    body = [b"data: " + CHUNK + b"\n\n", b"data: " + error + b"\n\n"]
+    relay = relay_of(body)
+    assert await relay.first_event() == CHUNK
+    assert await relayed(relay) == b"".join(body)
+    assert relay.failed == "upstream sent an error event"
+
+
+async def test_events_without_markers_pass_untouched_whatever_the_piece_boundaries() -> None:
+    events = [b"data: " + CHUNK + b"\n\n" for _ in range(5)]
+    events.append(b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}\n\n')
+    events.append(b"data: [DONE]\n\n")
+    whole = b"".join(events)
+    pieces = [whole[i : i + 7] for i in range(0, len(whole), 7)]
+    relay = relay_of(pieces)
+    assert await relayed(relay) == whole
+    assert relay.watch.usage is not None and relay.watch.usage.prompt_tokens == 7
+    assert relay.watch.finished and relay.failed is None
+
+
+async def test_a_usage_chunk_ctxgate_asked_for_is_kept_from_the_client() -> None:
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}\n\n'
+    body = [b"data: " + CHUNK + b"\n\n" + usage, b"data: [DONE]\n\n"]
+    response = httpx.Response(200, stream=Pieces(body))
+    relay = StreamRelay(response, ChatWatch(hide_usage=True))
+    assert await relayed(relay) == b"data: " + CHUNK + b"\n\ndata: [DONE]\n\n"
+    assert relay.watch.usage is not None and relay.watch.usage.completion_tokens == 2

@@ -126,6 +126,18 @@ def overflow_error(spec: ModelSpec, prompt: int, body: Any, raw_len: int) -> Fai
             },
         )
 
+    if dialect == "numberless":
+        msg = (
+            "Your input exceeds the context window of this model. "
+            "Please adjust your input and try again."
+        )
+        return Fail(
+            400, _openai_error(msg, "invalid_request_error", "input", "context_length_exceeded")
+        )
+
+    if dialect == "bare413":
+        return Fail(413, None)
+
     raise AssertionError(f"unhandled dialect {dialect}")  # ModelSpec validates dialects
 
 

@@ -8,7 +8,17 @@ from typing import Any
 
 _SERVER_ERROR = "The server had an error while processing your request. Sorry about that!"
 
-DIALECTS = ("openai", "vllm", "llamacpp", "anthropic", "anthropic413", "deepseek", "tgi")
+DIALECTS = (
+    "openai",
+    "vllm",
+    "llamacpp",
+    "anthropic",
+    "anthropic413",
+    "deepseek",
+    "tgi",
+    "numberless",  # OpenAI's newer wording: no window, no prompt size
+    "bare413",  # a 413 without a body, as some gateways send
+)
 
 # Whether a dialect adds the request's max_tokens to the prompt when checking the window.
 DIALECT_COUNTS_MAX_TOKENS = {
@@ -19,6 +29,8 @@ DIALECT_COUNTS_MAX_TOKENS = {
     "anthropic413": True,
     "deepseek": True,
     "tgi": True,
+    "numberless": True,
+    "bare413": False,
 }
 
 
