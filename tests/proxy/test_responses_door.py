@@ -187,3 +187,20 @@ def test_unchanged_streams_keep_the_providers_bytes(sim: Simulator, proxy: Proxy
     stream = sdk.responses.create(model=MODEL, input=INPUT, stream=True)
     events = [orjson.loads(orjson.dumps(event.model_dump(mode="json"))) for event in stream]
     assert [event["sequence_number"] for event in events] == list(range(len(events)))
+
+
+def test_an_overflow_of_a_request_kept_on_the_provider_is_relayed(db_path: str) -> None:
+    with Simulator(models={MODEL: ModelSpec(window=6000)}) as small:
+        models = [{"match": "*", "upstream": "sim", "context_length": 128_000}]
+        with ProxyServer(settings_for(small.base_url, db_path, models=models)) as server:
+            sdk = client(server)
+            first = sdk.responses.create(model=MODEL, input="x " * 5000, store=True)
+            with pytest.raises(openai.BadRequestError) as refused:
+                sdk.responses.create(
+                    model=MODEL, input="more " * 1500, previous_response_id=first.id
+                )
+            rule = server.settings.models[0]
+            window = server.services.conversations.models.context_length(rule, MODEL)
+    assert refused.value.response.headers["x-ctxgate-error"].startswith("forwarded untouched")
+    assert [r.outcome for r in small.received] == ["reply", "overflow"]
+    assert window == 128_000  # the small new input says nothing about the model's window
