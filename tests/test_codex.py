@@ -4,7 +4,9 @@ way while every request the provider received stays valid (calls paired, reasoni
 
 Codex's own fixed part (tool schemas and two developer items, about 10K tokens) leaves about 6K
 of a 16K window for the conversation; each step's output is about 700 tokens, so the history
-outgrows the window around the tenth step and ctxgate has to keep it in.
+outgrows the window around the tenth step and ctxgate has to keep it in. The provider reports
+an overflow the way OpenAI's Responses API does in a stream: `response.failed` after a 200,
+with no figures; run once with the window in ctxgate's config and once without it.
 
 Needs the binary from scripts/install-codex.sh; skipped without it, unless CTXGATE_TEST_CODEX=1
 (then a missing binary fails the test)."""
@@ -81,13 +83,16 @@ class Recorder:
         await self.app(scope, replay, send)
 
 
-def test_codex_exec_through_ctxgate_at_a_16k_window(tmp_path: Path) -> None:
+@pytest.mark.parametrize("configured", [WINDOW, 128_000], ids=["window-known", "window-unknown"])
+def test_codex_exec_through_ctxgate_at_a_16k_window(tmp_path: Path, configured: int) -> None:
+    """With the window unknown to ctxgate, the provider's `response.failed` overflows (inside a
+    200 stream, without figures) are what tell it; each is recovered before Codex sees a byte."""
     binary = _binary()
-    spec = ModelSpec(window=WINDOW)
+    spec = ModelSpec(window=WINDOW, stream_errors="event")
     with Simulator(models={MODEL: spec}) as sim:
         agent = ScriptedAgent(turns=TURNS, command=COMMAND)
         sim.responder = agent
-        models = [{"match": "*", "upstream": "sim", "context_length": WINDOW}]
+        models = [{"match": "*", "upstream": "sim", "context_length": configured}]
         settings = settings_for(sim.base_url, str(tmp_path / "ctxgate.db"), models=models)
         recorder = Recorder(create_app(settings))
         with ThreadedServer(recorder, name="ctxgate", lifespan="on") as proxy:
@@ -112,19 +117,25 @@ def test_codex_exec_through_ctxgate_at_a_16k_window(tmp_path: Path) -> None:
     assert f"Done: ran {TURNS} steps" in run.stdout
     assert list(agent.issued().values()) == [TURNS]
     assert [r.problems for r in forwarded] == [[] for _ in forwarded]
-    assert all(r.status == 200 and r.outcome == "reply" for r in forwarded)
+    replies = [r for r in forwarded if r.outcome == "reply"]
+    refused = [r for r in forwarded if r.outcome != "reply"]
+    assert all(r.status == 200 for r in forwarded)  # an overflow, too, comes in a 200 stream
+    assert all(r.outcome == "overflow" for r in refused)
+    assert (configured == WINDOW) == (not refused)
     outcomes = [event.outcome for event in detail.events] if detail is not None else []
     assert outcomes.count("compressed") >= 1, outcomes
     assert summaries
     # What the provider billed against what Codex's uncompressed history would have cost.
     client_bodies = [orjson.loads(body) for body in recorder.bodies]
     uncompressed = [count_input_tokens(b, input_items(b), seal) for b in client_bodies]
-    billed = [r.prompt_tokens or 0 for r in forwarded]
+    billed = [r.prompt_tokens or 0 for r in replies]
     assert len(billed) == len(uncompressed) >= TURNS
     assert max(billed) < WINDOW < max(uncompressed)
     report = {
+        "configured_window": configured,
+        "overflows_recovered": len(refused),
         "turns": TURNS,
-        "requests": len(forwarded),
+        "requests": len(replies),
         "compressions": outcomes.count("compressed"),
         "summary_calls": len(summaries),
         "billed_prompt_tokens": sum(billed),
