@@ -167,4 +167,6 @@ class ResponsesWatch:
         return True
 
     def error_event(self, message: str) -> bytes:
+        # Numbered after the last event the watch was shown: deltas pass by unread, so the
+        # number may repeat one the client saw (no client orders events by it).
         return error_event(message, self._sequence + 1)

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.settings import parse_settings
 from tests.servers import ProxyServer, settings_for
-from tests.simulator import ModelSpec, Simulator
+from tests.simulator import Disconnect, ModelSpec, Reply, Simulator
 
 MODEL = "gpt-sim"
 INPUT: list[dict[str, Any]] = [
@@ -204,3 +204,16 @@ def test_an_overflow_of_a_request_kept_on_the_provider_is_relayed(db_path: str) 
     assert refused.value.response.headers["x-ctxgate-error"].startswith("forwarded untouched")
     assert [r.outcome for r in small.received] == ["reply", "overflow"]
     assert window == 128_000  # the small new input says nothing about the model's window
+
+
+def test_a_stream_cut_by_the_provider_ends_with_an_error_event(
+    sim: Simulator, proxy: ProxyServer
+) -> None:
+    sim.enqueue(Disconnect(after_chunks=4, reply=Reply(content="a long answer " * 20)))
+    stream = client(proxy).responses.create(model=MODEL, input=INPUT, stream=True)
+    events = list(stream)
+    assert events[0].type == "response.created"
+    assert "response.completed" not in [event.type for event in events]
+    last = events[-1]
+    assert last.type == "error" and last.code == "upstream_error"
+    assert "interrupted" in last.message or "closed" in last.message
