@@ -29,6 +29,7 @@ from proxy.frontdoor import FrontDoor
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
 from proxy.models import Models
+from proxy.responses_routes import router as responses_router
 from proxy.routes import header_dict, read_body, router
 from proxy.sessions import Sessions
 from proxy.settings import Settings
@@ -219,6 +220,7 @@ def create_app(
         title="ctxgate", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.include_router(router)
+    app.include_router(responses_router)
     app.include_router(admin_router)
 
     app.add_exception_handler(ProxyError, on_proxy_error)

@@ -179,6 +179,9 @@ class Conversations:
         self, turn: Turn, overflow: Overflow, attempts: int, body_bytes: int
     ) -> tuple[Turn, str | None]:
         """The turn to retry with, and None; or the reason no retry can fit."""
+        if turn.request.passthrough:
+            # Most of the prompt is on the provider: nothing to shrink, nothing to learn from.
+            return turn, f"forwarded untouched ({turn.request.passthrough})"
         window = overflow.window
         if window is None:
             failing = overflow.prompt_tokens or estimate_view(turn, *self._counting(turn))

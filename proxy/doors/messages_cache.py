@@ -19,6 +19,8 @@ MESSAGE_BREAKPOINTS = 3  # system_and_3: the last three non-system messages
 EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
 # Blocks the API refuses a `cache_control` on.
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+
+
 def breakpoints(system: Any, messages: list[WireMessage], tools: Any) -> int:
     """How many `cache_control` markers the request already carries."""
     count = sum(1 for tool in tools or [] if isinstance(tool, dict) and "cache_control" in tool)

@@ -29,6 +29,7 @@ from .replies import (
     is_summary_request,
 )
 from .server import Simulator
+from .shell_agent import ShellAgent
 from .tokens import count_prompt_tokens, count_text, get_encoding
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Received",
     "Reply",
     "ScriptedAgent",
+    "ShellAgent",
     "Simulator",
     "StreamError",
     "ThinkingSigner",

@@ -213,3 +213,8 @@ class Received:
     def is_messages(self) -> bool:
         """A Messages API turn (``/v1/messages``; count_tokens is not one)."""
         return self.path.rstrip("/").endswith("/messages")
+
+    @property
+    def is_responses(self) -> bool:
+        norm = self.path.rstrip("/")
+        return norm.endswith("/responses") or "/responses/" in norm

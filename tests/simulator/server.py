@@ -35,6 +35,7 @@ from .exchange import Exchange, parse_request
 from .images import image_error
 from .models import Behaviour, Disconnect, Fail, Hang, ModelSpec, Received, Reply, StreamError
 from .replies import default_reply, is_summary_request
+from .responses_api import ResponsesAPI
 from .tokens import count_prompt_tokens, get_encoding
 
 Responder = Callable[[dict[str, Any]], Any]
@@ -75,6 +76,7 @@ class Simulator:
         self._queue: deque[Behaviour] = deque()
         self._completion_ids = itertools.count(1)
         self._call_ids = itertools.count(1)
+        self.responses = ResponsesAPI(self)
 
         self._thread: threading.Thread | None = None
         self._server: uvicorn.Server | None = None
@@ -225,6 +227,7 @@ class Simulator:
             self._completion_ids = itertools.count(1)
             self._call_ids = itertools.count(1)
         self.messages_api.reset()
+        self.responses.clear()
 
     @property
     def received(self) -> list[Received]:
@@ -239,6 +242,10 @@ class Simulator:
     @property
     def messages_requests(self) -> list[Received]:
         return [r for r in self.received if r.is_messages]
+
+    @property
+    def responses_requests(self) -> list[Received]:
+        return [r for r in self.received if r.is_responses]
 
     @property
     def summary_requests(self) -> list[Received]:
@@ -287,6 +294,8 @@ class Simulator:
             await send_models(exchange, self.models, norm)
         elif norm == "/health":
             await exchange.send_json(200, {"status": "ok"}, outcome="reply")
+        elif rec.is_responses:
+            await self.responses.handle(exchange, parse_error)
         elif not rec.is_chat:
             await send_unknown_url(exchange)
         else:
@@ -305,6 +314,8 @@ class Simulator:
             self._inspect_chat(rec, body)
         elif is_messages_path(rec.path.rstrip("/")):
             self.messages_api.inspect(rec)
+        elif rec.is_responses:
+            self.responses.inspect(rec)
         with self._lock:
             self._received.append(rec)
         if self.on_request is not None:
