@@ -60,6 +60,7 @@ from bench.overhead_services import (  # noqa: E402
     PROXIES,
     Service,
     ctxgate_service,
+    floor_service,
     peer_services,
     running,
     simulator_service,
@@ -169,7 +170,10 @@ def _progress(summary: dict[str, Any]) -> None:
     parts = [f"direct p50 {summary['targets']['direct']['p50']:.2f} ms"]
     for name, stats in summary["targets"].items():
         if name != "direct":
-            parts.append(f"{name} +{stats['added_p50']:.2f}/+{stats['added_p99']:.2f}")
+            text = f"{name} +{stats['added_p50']:.2f}/+{stats['added_p99']:.2f}"
+            if "floor_ratio_p50" in stats:
+                text += f" ({stats['floor_ratio_p50']:.2f}x floor)"
+            parts.append(text)
     other = f"other load {summary['foreign_before']:.2f}/{summary['foreign_cores']:.2f} CPUs"
     line = ", ".join(parts)
     print(f"{summary['cell']:>18}: {line} ({summary['wall_s']} s, {other})", flush=True)
@@ -191,6 +195,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=16, help="clients; 1 = sequential only")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     p.add_argument("--proxies", nargs="+", choices=PROXIES, default=list(PROXIES))
+    p.add_argument(
+        "--only",
+        type=_proxy_list,
+        metavar="NAMES",
+        help=f"comma-separated proxies to run, e.g. ctxgate,floor (of {','.join(PROXIES)}); "
+        "overrides --proxies",
+    )
     p.add_argument("--peers-dir", default="/work/peers", help="holds litellm-venv, headroom-venv")
     p.add_argument(
         "--context-length",
@@ -216,9 +227,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--startup-timeout", type=float, default=120.0)
     p.add_argument("--serve-simulator", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.only:
+        args.proxies = args.only
     if args.quiet_wait is None:
         args.quiet_wait = 5.0 if args.quick else 60.0
     return args
+
+
+def _proxy_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PROXIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown proxy {unknown}: choose from {PROXIES}")
+    return names
 
 
 def _stop_on_signal(signum: int, _frame: Any) -> None:
@@ -241,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim = simulator_service(run_dir, sys.executable, Path(__file__).resolve())
     upstream = sim.chat_url.removesuffix("/chat/completions")
     services = [sim]
+    if "floor" in args.proxies:
+        services.append(floor_service(run_dir, upstream))
     if "ctxgate" in args.proxies:
         services.append(ctxgate_service(run_dir, upstream, args.context_length))
     services += peer_services(args, run_dir, upstream)
@@ -283,6 +306,10 @@ def write_results(args: argparse.Namespace, report: str, raw: dict[str, Any]) ->
 
 
 def _version(svc: Service) -> str:
+    if svc.name == "floor":
+        import uvicorn
+
+        return f"uvicorn {uvicorn.__version__}, httpx {httpx.__version__}"
     package = {"litellm": "litellm", "headroom": "headroom-ai", "ctxgate": "ctxgate"}.get(svc.name)
     if package is None:
         return "-"

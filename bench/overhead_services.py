@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -19,7 +20,8 @@ import httpx
 from bench.overhead_requests import API_KEY, MODEL, BenchError, request_headers, timed_request
 
 REPO = Path(__file__).resolve().parent.parent
-PROXIES = ("ctxgate", "litellm", "headroom")
+PROXIES = ("floor", "ctxgate", "litellm", "headroom")
+ESSENTIAL = ("simulator", "floor", "ctxgate")  # the run stops if one of these fails
 
 
 def free_port() -> int:
@@ -182,7 +184,8 @@ def ctxgate_service(run_dir: Path, upstream: str, context_length: int) -> Servic
     }
     path = run_dir / "ctxgate.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
-    argv = [str(REPO / ".venv/bin/ctxgate"), "serve", "--config", str(path)]
+    # The interpreter running the benchmark: a worktree without its own .venv works too.
+    argv = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
     base = f"http://127.0.0.1:{port}"
     return Service(
         "ctxgate",
@@ -190,6 +193,22 @@ def ctxgate_service(run_dir: Path, upstream: str, context_length: int) -> Servic
         f"{base}/healthz",
         f"{base}/v1/chat/completions",
         run_dir / "ctxgate.log",
+        OWN_ENV,
+    )
+
+
+def floor_service(run_dir: Path, upstream: str) -> Service:
+    """The bare uvicorn + httpx relay (bench/overhead_floor.py) in front of the same upstream."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.overhead_floor", "--port", str(port)]
+    argv += ["--upstream", upstream]
+    base = f"http://127.0.0.1:{port}"
+    return Service(
+        "floor",
+        argv,
+        f"{base}/health",
+        f"{base}/v1/chat/completions",
+        run_dir / "floor.log",
         OWN_ENV,
     )
 
@@ -322,7 +341,7 @@ def running(services: list[Service], timeout_s: float) -> Iterator[list[Service]
                 svc.wait_ready(timeout_s)
                 up.append(svc)
             except RuntimeError as exc:
-                if svc.name in ("simulator", "ctxgate"):
+                if svc.name in ESSENTIAL:
                     raise
                 print(f"note: {svc.name} skipped: {exc}")
                 svc.stop()
@@ -340,7 +359,7 @@ async def smoke(client: httpx.AsyncClient, services: list[Service], body: bytes)
             await timed_request(client, svc.chat_url, streamed, headers, True)
             kept.append(svc)
         except (BenchError, httpx.HTTPError) as exc:
-            if svc.name in ("simulator", "ctxgate"):
+            if svc.name in ESSENTIAL:
                 raise
             print(f"note: {svc.name} skipped: smoke request failed: {exc}\n{svc.tail()}")
     return kept
