@@ -93,6 +93,8 @@ def _relate_to_floor(targets: dict[str, Any]) -> None:
         ratio = stats["added_p50"] / base if base >= FLOOR_RATIO_MIN_MS else math.nan
         stats["floor_ratio_p50"] = ratio
         stats["above_floor_p50"] = stats["p50"] - floor["p50"]
+        cpu = floor["cpu_ms_per_request"]
+        stats["floor_ratio_cpu"] = stats["cpu_ms_per_request"] / cpu if cpu else math.nan
 
 
 def target_for(cell: Cell) -> float:
@@ -199,14 +201,16 @@ def floor_markdown(summaries: list[dict[str, Any]], peers: list[str]) -> list[st
     if "floor" not in peers:
         return []
     others = [p for p in peers if p != "floor"]
-    head = ["cell", "floor +p50", *[f"{p} +p50 (x floor / ms above)" for p in others]]
+    head = ["cell", "floor +p50", *[f"{p} +p50 (x floor / ms above; CPU x floor)" for p in others]]
     head += ["ctxgate target"]
     lines = [
         "## Against the floor (bare uvicorn + httpx relay, same run)",
         "",
         "x floor: the proxy's added p50 divided by the floor's added p50. ms above: "
         "p50(proxy) - p50(floor); under 16 clients the floor may sit below the direct call, "
-        "so there this is the figure that counts.",
+        "so there this is the figure that counts. CPU x floor: the proxy process's CPU time "
+        "per request divided by the floor's (steadier than latency when other work shares "
+        "the CPUs).",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -224,7 +228,8 @@ def _vs_floor(stats: dict[str, Any] | None) -> str:
         return "not run"
     ratio = stats["floor_ratio_p50"]
     shown = "—" if not math.isfinite(ratio) else f"{ratio:.2f}x"
-    return f"+{_fmt(stats['added_p50'])} ({shown} / {stats['above_floor_p50']:+.2f})"
+    cpu = _fmt(stats["floor_ratio_cpu"], 1)
+    return f"+{_fmt(stats['added_p50'])} ({shown} / {stats['above_floor_p50']:+.2f}; {cpu}x)"
 
 
 def _floor_verdict(summary: dict[str, Any]) -> str:
