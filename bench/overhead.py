@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import signal
 import subprocess
 import sys
@@ -176,7 +177,9 @@ def _progress(summary: dict[str, Any]) -> None:
     for name, stats in summary["targets"].items():
         if name != "direct":
             text = f"{name} +{stats['added_p50']:.2f}/+{stats['added_p99']:.2f}"
-            if "floor_ratio_p50" in stats:
+            if summary["clients"] > 1 and "above_floor_p50" in stats:
+                text += f" ({stats['above_floor_p50']:+.2f} ms vs floor)"
+            elif math.isfinite(stats.get("floor_ratio_p50", math.nan)):
                 text += f" ({stats['floor_ratio_p50']:.2f}x floor)"
             parts.append(text)
     other = f"other load {summary['foreign_before']:.2f}/{summary['foreign_cores']:.2f} CPUs"
