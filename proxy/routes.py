@@ -14,7 +14,7 @@ from starlette.types import Receive
 
 from proxy.errors import BadRequest, NotFound, PayloadTooLarge
 from proxy.headers import upstream_request_headers
-from proxy.identity import scope_for
+from proxy.identity import canonical_session_id, scope_for
 from storage import SessionKey, StorageError
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ async def compress_session(session_id: str, request: Request) -> Response:
         focus = payload.get("focus") if isinstance(payload, dict) else None
         if focus is not None and not isinstance(focus, str):
             raise BadRequest("'focus' must be a string.", param="focus")
-    key = SessionKey(scope_for(credential), session_id)
+    key = SessionKey(scope_for(credential), canonical_session_id(session_id, "the path"))
     done = await services.conversations.compress_now(key, focus)
     if done is None:
         raise NotFound(

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import httpx
 
 from proxy.errors import ProxyError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
-from proxy.headers import client_response_headers
+from proxy.headers import client_response_headers, wire_headers
 from proxy.settings import UpstreamSettings
 
 
@@ -61,7 +61,7 @@ class Upstream:
             method,
             url,
             content=body,
-            headers=headers,
+            headers=wire_headers(headers),
             extensions={"timeout": timeout},
         )
 
