@@ -191,8 +191,10 @@ class CtxgateApp(FastAPI):
         services: Services = self.state.services
         try:
             headers = header_dict(scope["headers"])
-            limit = services.settings.server.max_body_bytes
-            raw = await read_body(headers, receive, limit)
+            server = services.settings.server
+            raw = await read_body(
+                headers, receive, server.max_body_bytes, timeout_s=server.body_timeout_s
+            )
             response = await services.gateway.chat(headers, raw)
         except ClientDisconnect:
             return  # gone before its request was complete: nobody to answer

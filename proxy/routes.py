@@ -12,7 +12,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
-from proxy.errors import BadRequest, NotFound, PayloadTooLarge
+from proxy.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout
 from proxy.headers import upstream_request_headers
 from proxy.identity import canonical_session_id, scope_for
 from storage import SessionKey, StorageError
@@ -34,24 +34,39 @@ def header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     return {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
 
 
-async def read_body(headers: Mapping[str, str], receive: Receive, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it exceeds `limit` bytes."""
+async def read_body(
+    headers: Mapping[str, str], receive: Receive, limit: int, *, timeout_s: float
+) -> bytes:
+    """The request body, refused with 413 as soon as it exceeds `limit` bytes and with 408
+    when `timeout_s` pass without a byte of it arriving."""
     declared = headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"The request body exceeds ctxgate's limit of {limit} bytes.")
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"The request body exceeds ctxgate's limit of {limit} bytes.")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    loop = asyncio.get_running_loop()
+    try:
+        # One timer for the whole body, pushed back at every chunk: a stall, not a slow
+        # upload, is what times out.
+        async with asyncio.timeout(timeout_s) as timer:
+            while True:
+                message = await receive()
+                timer.reschedule(loop.time() + timeout_s)
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect()
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(
+                        f"The request body exceeds ctxgate's limit of {limit} bytes."
+                    )
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"The request body stalled: no byte arrived for {timeout_s:g} s."
+        ) from None
 
 
 CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
@@ -63,7 +78,10 @@ async def chat_completions(request: Request) -> Response:
     """Served by `CtxgateApp` without this router; declared here for the OpenAPI schema."""
     services = services_of(request)
     headers = header_dict(request.scope["headers"])
-    raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)
+    server = services.settings.server
+    raw = await read_body(
+        headers, request.receive, server.max_body_bytes, timeout_s=server.body_timeout_s
+    )
     return await services.gateway.chat(headers, raw)
 
 
@@ -124,7 +142,12 @@ async def compress_session(session_id: str, request: Request) -> Response:
     """Compress a session now (its most recent view), optionally around a focus topic."""
     services = services_of(request)
     credential = services.auth.client_credential(request.headers)
-    raw = await read_body(request.headers, request.receive, 64 * 1024)
+    raw = await read_body(
+        request.headers,
+        request.receive,
+        64 * 1024,
+        timeout_s=services.settings.server.body_timeout_s,
+    )
     focus = None
     if raw.strip():
         try:

@@ -36,6 +36,9 @@ class ServerSettings:
     """TCP port (`--port` overrides it)."""
     max_body_bytes: int = 32 * 1024 * 1024
     """Largest chat request body accepted, in bytes; a larger one is refused with 413."""
+    body_timeout_s: float = 30.0
+    """Seconds a client may go without sending any byte of a request body it has started; a
+    stalled body is answered 408 and its connection closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +283,7 @@ def _server(r: _Reader) -> ServerSettings:
         host=r.get("host", str, d.host),
         port=r.positive("port", int, d.port),
         max_body_bytes=r.positive("max_body_bytes", int, d.max_body_bytes),
+        body_timeout_s=r.positive("body_timeout_s", float, d.body_timeout_s),
     )
     r.done()
     return out
