@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from proxy.metrics import Metrics
 from proxy.routes import CHAT_PATHS, header_dict, read_body, router
 from proxy.settings import Settings
 from proxy.upstream import Upstream, new_http_transport
-from storage import SessionLocks, SessionStore
+from storage import SessionLocks, SessionStore, wait_budget
 
 log = logging.getLogger("ctxgate")
 
@@ -90,7 +89,9 @@ class Services:
     async def close(self) -> None:
         await self.conversations.close()
         if self.owns_store:
-            await self.store.close()
+            await self.store.close()  # writes out the usage still queued in memory
+        else:
+            await self.store.flush()  # its owner closes it; what this app queued is written
         if self.owns_http:
             await self.http.aclose()
 
@@ -111,7 +112,8 @@ async def start_services(
             settings.storage.url, session_cache_s=settings.storage.session_cache_s
         )
     upstreams = {name: Upstream(up, http) for name, up in settings.upstreams.items()}
-    locks = SessionLocks(store, owner=uuid.uuid4().hex, ttl_s=settings.storage.lease_ttl_s)
+    locks = SessionLocks(store, ttl_s=settings.storage.lease_ttl_s)
+    await locks.release_dead_holders()  # a restart takes its crashed predecessor's leases back
     metrics = Metrics()
     compactor = Compactor(
         store=store,
@@ -195,7 +197,8 @@ class CtxgateApp(FastAPI):
             raw = await read_body(
                 headers, receive, server.max_body_bytes, timeout_s=server.body_timeout_s
             )
-            response = await services.gateway.chat(headers, raw)
+            with wait_budget(services.settings.storage.lock_wait_s):
+                response = await services.gateway.chat(headers, raw)
         except ClientDisconnect:
             return  # gone before its request was complete: nobody to answer
         except ProxyError as exc:

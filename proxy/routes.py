@@ -15,7 +15,7 @@ from starlette.types import Receive
 from proxy.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout
 from proxy.headers import upstream_request_headers
 from proxy.identity import canonical_session_id, scope_for
-from storage import SessionKey, StorageError
+from storage import SessionKey, StorageError, wait_budget
 
 if TYPE_CHECKING:
     from proxy.app import Services
@@ -82,7 +82,8 @@ async def chat_completions(request: Request) -> Response:
     raw = await read_body(
         headers, request.receive, server.max_body_bytes, timeout_s=server.body_timeout_s
     )
-    return await services.gateway.chat(headers, raw)
+    with wait_budget(services.settings.storage.lock_wait_s):
+        return await services.gateway.chat(headers, raw)
 
 
 @router.get("/v1/models")
