@@ -26,6 +26,7 @@ from proxy.conversations import Conversations
 from proxy.errors import BadRequest, ProxyError, error_response
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
+from proxy.relay import router as relay_router
 from proxy.routes import CHAT_PATHS, header_dict, read_body, router
 from proxy.settings import Settings
 from proxy.upstream import Upstream, new_http_transport
@@ -236,6 +237,7 @@ def create_app(
     )
     app.include_router(router)
     app.include_router(admin_router)
+    app.include_router(relay_router)  # last: every other /v1 path goes upstream untouched
 
     app.add_exception_handler(ProxyError, on_proxy_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

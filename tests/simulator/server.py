@@ -32,6 +32,7 @@ from .endpoints import (
 )
 from .exchange import Exchange, parse_request
 from .models import Behaviour, Disconnect, Fail, Hang, ModelSpec, Received, Reply, StreamError
+from .relayed import is_relayed_path, send_relayed
 from .replies import default_reply, is_summary_request
 from .tokens import count_prompt_tokens, get_encoding
 
@@ -277,6 +278,8 @@ class Simulator:
             await send_models(exchange, self.models, norm)
         elif norm == "/health":
             await exchange.send_json(200, {"status": "ok"}, outcome="reply")
+        elif is_relayed_path(norm):
+            await send_relayed(exchange, norm)
         elif not rec.is_chat:
             await send_unknown_url(exchange)
         else:
