@@ -89,3 +89,18 @@ def test_many_stalled_uploads_are_all_let_go(proxy: ProxyServer) -> None:
         for sock in sockets:
             sock.close()
     assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers)
+
+
+def test_a_stalled_upload_on_a_relayed_route_is_let_go(sim: Simulator, proxy: ProxyServer) -> None:
+    part = b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.bin"\r\n\r\n'
+    head_ = (
+        b"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
+        sock.sendall(head_ + part + b"x" * 1000)
+        started = time.monotonic()
+        answer = read_until_closed(sock, limit_s=10)
+        waited = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert waited < 5
