@@ -8,6 +8,7 @@ go on in every case, with a valid history and no error text committed as a summa
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,7 +178,13 @@ def test_summary_calls_are_sized_with_the_models_calibrated_ratio(
                 model=MODEL, messages=loop.messages, extra_headers={"X-Session-Id": "fresh"}
             )
             conversations = proxy.services.conversations
-            fresh = [t for k, t in conversations.last_turns.items() if k.key == "fresh"]
+            # The turn is remembered by the bookkeeping that runs once the answer is out.
+            deadline = time.monotonic() + 5
+            while True:
+                fresh = [t for k, t in list(conversations.last_turns.items()) if k.key == "fresh"]
+                if fresh or time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
             ratio = conversations.summary_token_ratio(fresh[0])
     if summary_model == "auto":
         assert ratio is not None and 1.6 < ratio < 1.8
