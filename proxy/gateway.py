@@ -34,6 +34,7 @@ from proxy.metrics import Metrics
 from proxy.settings import ModelRule, Settings
 from proxy.streaming import EventStreamResponse, StreamRelay
 from proxy.turn import Turn
+from storage import wait_budget
 
 log = logging.getLogger("ctxgate.gateway")
 
@@ -56,7 +57,9 @@ class Gateway:
     async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         """Serve one request of `door`'s API; raises ProxyError for the error handler."""
         try:
-            return await self._serve(door, headers, raw)
+            # All of one request's waits for session locks share one `lock_wait_s`.
+            with wait_budget(self.settings.storage.lock_wait_s):
+                return await self._serve(door, headers, raw)
         except orjson.JSONEncodeError as exc:
             # The parser takes deeper nesting than the serialiser: met when an id is derived
             # or the body rewritten, always before the upstream is called.

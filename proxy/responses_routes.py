@@ -20,7 +20,7 @@ from starlette.responses import Response
 from proxy.errors import BadRequest
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.responses_compaction import compact, rule_for
-from proxy.routes import header_dict, read_body, services_of
+from proxy.routes import header_dict, read_request_body, services_of
 from proxy.upstream import Upstream
 
 router = APIRouter()
@@ -32,7 +32,7 @@ _API = "responses"
 async def responses_compact(request: Request) -> Response:
     services = services_of(request)
     headers = header_dict(request.scope["headers"])
-    raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)
+    raw = await read_request_body(services, headers, request.receive)
     return await compact(services, headers, raw)
 
 
@@ -41,7 +41,7 @@ async def responses_compact(request: Request) -> Response:
 async def responses_input_tokens(request: Request) -> Response:
     services = services_of(request)
     headers = header_dict(request.scope["headers"])
-    raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)
+    raw = await read_request_body(services, headers, request.receive)
     model = _model_of(raw)
     upstream = services.upstreams[rule_for(services, model).upstream] if model else None
     if upstream is not None and _API not in upstream.settings.apis:
@@ -82,7 +82,7 @@ async def responses_cancel(request: Request, response_id: str) -> Response:
 async def _relay_stored(request: Request) -> Response:
     services = services_of(request)
     headers = header_dict(request.scope["headers"])
-    raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)
+    raw = await read_request_body(services, headers, request.receive)
     return await _relay(_serving(services.upstreams), request, headers, raw)
 
 

@@ -34,6 +34,7 @@ from .endpoints import (
 from .exchange import Exchange, parse_request
 from .images import image_error
 from .models import Behaviour, Disconnect, Fail, Hang, ModelSpec, Received, Reply, StreamError
+from .relayed import is_relayed_path, send_relayed
 from .replies import default_reply, is_summary_request
 from .responses_api import ResponsesAPI
 from .tokens import count_prompt_tokens, get_encoding
@@ -296,6 +297,8 @@ class Simulator:
             await exchange.send_json(200, {"status": "ok"}, outcome="reply")
         elif rec.is_responses:
             await self.responses.handle(exchange, parse_error)
+        elif is_relayed_path(norm):
+            await send_relayed(exchange, norm)
         elif not rec.is_chat:
             await send_unknown_url(exchange)
         else:
