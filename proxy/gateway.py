@@ -252,7 +252,22 @@ def _raise_overflow_event(door: FrontDoor, data: bytes | None, response: httpx.R
         return
     if door.overflow(status, data) is None and image_limit(status, data) is None:
         return
+    data = _error_envelope(data)
     raise UpstreamStatus(status, data, client_response_headers(response.headers.items()))
+
+
+def _error_envelope(data: bytes) -> bytes:
+    """An in-stream error event as an error body: a Responses `response.failed` event carries
+    its error inside the response object, where a client reading a status would not look."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data
+    if not isinstance(parsed, dict) or "error" in parsed:
+        return data
+    inner = parsed.get("response")
+    error = inner.get("error") if isinstance(inner, dict) else None
+    return orjson.dumps({"error": error}) if isinstance(error, dict) else data
 
 
 def _with_reason(error: UpstreamStatus, reason: str) -> UpstreamStatus:

@@ -40,6 +40,7 @@ class Models:
             hygiene_threshold=c.hygiene_threshold,
             hygiene_max_messages=c.hygiene_max_messages,
         )
+        self._limits: dict[tuple[int, int | None], Limits] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def counter(self, rule: ModelRule, model: str) -> TokenCounter:
@@ -59,7 +60,16 @@ class Models:
         return min(rule.context_length, learned or rule.context_length)
 
     def limits(self, context_length: int, max_output_tokens: int | None) -> Limits:
-        return engine_limits(self.engine, context_length, max_output_tokens, self._defaults)
+        """The engine's limits (memoised: a request asks more than once, and the answer
+        depends on these two figures only)."""
+        key = (context_length, max_output_tokens)
+        found = self._limits.get(key)
+        if found is None:
+            found = engine_limits(self.engine, context_length, max_output_tokens, self._defaults)
+            if len(self._limits) >= 4096:
+                self._limits.clear()
+            self._limits[key] = found
+        return found
 
     def limits_of(self, turn: Turn) -> Limits:
         return self.limits(turn.context_length, reservation(turn))
