@@ -29,6 +29,7 @@ from compression.options import CompressorOptions
 from compression.planning import (
     MARKER_TOKENS,
     MAX_LEVEL,
+    OPENING_SHARE,
     TARGET_SHARE,
     CutPlan,
     budgets_for,
@@ -37,6 +38,7 @@ from compression.planning import (
     summary_tokens,
     worth_summarizing,
 )
+from compression.preamble import fixed_end
 from compression.pruning import clip_outputs, prune_messages
 from compression.state import (
     EngineState,
@@ -178,7 +180,9 @@ def _skip_reason(run: _Pass, state: EngineState) -> str | None:
 def _plan(run: _Pass, state: EngineState) -> CutPlan:
     """The least aggressive plan whose estimated result fits under the target."""
     decayed = state.compression_count > 0 or any(handoff_text(m) is not None for m in run.view)
-    head = head_end(run.view, run.options.protect_first_n, decayed)
+    cap = int(run.limits.threshold * OPENING_SHARE)
+    fixed = fixed_end(run.view, run.ledger.tokens, cap)
+    head = head_end(run.view, run.options.protect_first_n, decayed, fixed)
     fixed = run.ledger.base + run.ledger.span(0, head)
     plan: CutPlan | None = None
     for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
