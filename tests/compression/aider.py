@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from compression.types import Message
 
+REMINDER = (
+    "# *SEARCH/REPLACE block* Rules:\n\nEvery *SEARCH/REPLACE block* must use this format:\n"
+    "1. The *FULL* file path alone on a line, verbatim.\n2. The opening fence and code language."
+)
 SYSTEM = (
     "Act as an expert software developer. Take requests for changes to the supplied code.\n"
-    "Always reply to the user in English. Describe each change with a *SEARCH/REPLACE block*."
+    "Always reply to the user in English. Describe each change with a *SEARCH/REPLACE block*.\n"
+    + REMINDER
 )
 EXAMPLE_REQUEST = "Change the greeting to be more casual"
 EXAMPLE_ANSWER = (
@@ -59,10 +64,14 @@ def edit_answer(turn: int, lines: int = 40) -> str:
 
 
 def request(
-    asks: list[str], answers: int | None = None, file_text: str = "def fetch(url, timeout): ..."
+    asks: list[str],
+    answers: int | None = None,
+    file_text: str = "def fetch(url, timeout): ...",
+    reminder: bool = False,
 ) -> list[Message]:
     """The request aider sends with `asks` made so far: all answered but the last (or the first
-    `answers`), the added files just before the current message."""
+    `answers`), the added files just before the current message; with `reminder`, the format
+    rules of the system prompt appended to the current message (aider's default)."""
     answered = len(asks) - 1 if answers is None else answers
     messages = opening()
     for turn, ask in enumerate(asks[:answered]):
@@ -73,6 +82,6 @@ def request(
     messages += [
         {"role": "user", "content": FILES_PREFIX + "net/client.py\n```\n" + file_text + "\n```"},
         {"role": "assistant", "content": FILES_ACK},
-        {"role": "user", "content": asks[answered]},
+        {"role": "user", "content": asks[answered] + ("\n\n" + REMINDER if reminder else "")},
     ]
     return messages
