@@ -91,12 +91,11 @@ def conversation_opening(messages: Sequence[Message]) -> Sequence[Message]:
     copied from its system prompt (aider appends its format reminder to the newest message
     only: the request would read differently on the next turn)."""
     start, end = system_end(messages), preamble_end(messages)
-    if end == start or end >= len(messages):
+    if end == start or end >= len(messages) or messages[end].get("role") != "user":
         return messages
-    request = messages[end]
     system = "\n".join(content_text(message) for message in messages[:start])
-    text = _without_copied_suffix(content_text(request), system)
-    return [*messages[:start], {"role": request.get("role"), "content": text}]
+    text = _without_copied_suffix(content_text(messages[end]), system)
+    return [*messages[:start], {"role": "user", "content": text}]
 
 
 def _without_copied_suffix(text: str, system: str) -> str:
