@@ -110,11 +110,11 @@ class Compactor:
         # Storage keeps plain JSON objects; they are the same wire dicts the client sent.
         replacement = cast(list[Message], checkpoint.messages)
         view = replacement + turn.messages[checkpoint.prefix_len :]
-        sources = checkpoint.sources
-        if sources is None:  # stored before checkpoints recorded their sources
-            sources = aligned_sources(replacement, turn.messages[: checkpoint.prefix_len])
         return turn.with_view(
-            view, prefix_len=checkpoint.prefix_len, checkpoint_id=checkpoint.id, sources=sources
+            view,
+            prefix_len=checkpoint.prefix_len,
+            checkpoint_id=checkpoint.id,
+            sources=checkpoint.sources,
         )
 
     async def compress(
@@ -253,7 +253,11 @@ class Compactor:
 
 def _origins(turn: Turn) -> Sources:
     """The client position each message of the turn's view holds verbatim."""
-    return view_sources(turn.sources, turn.replacement_len, turn.prefix_len, len(turn.view))
+    sources = turn.sources
+    if sources is None:  # a checkpoint stored before checkpoints recorded their sources
+        replaced = turn.view[: turn.replacement_len]
+        sources = aligned_sources(replaced, turn.messages[: turn.prefix_len])
+    return view_sources(sources, turn.replacement_len, turn.prefix_len, len(turn.view))
 
 
 def _plain(messages: Sequence[Message]) -> list[dict[str, Any]]:

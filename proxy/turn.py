@@ -44,8 +44,9 @@ class Turn:
     view: list[Message]
     prefix_len: int = 0  # client messages covered by the checkpoint in use
     replacement_len: int = 0  # leading view messages that came from that checkpoint
-    # For each of those, the client position it holds verbatim (None: written by ctxgate).
-    sources: tuple[int | None, ...] = ()
+    # For each of those, the client position it holds verbatim (None: written by ctxgate);
+    # None when the checkpoint was stored before checkpoints recorded it.
+    sources: tuple[int | None, ...] | None = ()
     checkpoint_id: int | None = None
     max_tokens: int | None = None
     estimate: int | None = None  # ctxgate's token figure for the view, when computed
@@ -74,7 +75,7 @@ class Turn:
         *,
         prefix_len: int,
         checkpoint_id: int | None,
-        sources: tuple[int | None, ...] = (),
+        sources: tuple[int | None, ...] | None = (),
     ) -> Turn:
         """The turn forwarding `view`: a checkpoint's replacement (whose messages hold the
         client positions `sources` verbatim) plus the client messages after its first

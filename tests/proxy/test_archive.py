@@ -8,8 +8,9 @@ bookkeeping. The admin audit must agree with it.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -44,7 +45,9 @@ def replaced_by_view(history: list[dict[str, Any]], view: list[dict[str, Any]]) 
     return [p for p, message in enumerate(history) if canonical(message) not in held]
 
 
-def run_loop(sim: Simulator, db_path: str, steps: int) -> tuple[AgentLoop, dict[str, Any], Any]:
+def run_loop(
+    sim: Simulator, db_path: str, steps: int, midway: Callable[[], None] | None = None
+) -> tuple[AgentLoop, dict[str, Any], Any]:
     models = [{"match": "*", "upstream": "sim", "context_length": WINDOW}]
     settings = settings_for(
         sim.base_url,
@@ -61,6 +64,8 @@ def run_loop(sim: Simulator, db_path: str, steps: int) -> tuple[AgentLoop, dict[
         )
         loop.script(sim)
         for step in range(steps):
+            if midway is not None and step == steps // 2:
+                midway()
             loop.step(step)
         # One last request: the view the upstream receives answers exactly this history.
         history = [*loop.messages, {"role": "user", "content": "Summarise what you did."}]
@@ -79,8 +84,18 @@ def run_loop(sim: Simulator, db_path: str, steps: int) -> tuple[AgentLoop, dict[
     return loop, outcome, audit
 
 
-def test_every_replaced_original_is_archived_exactly_once(sim8k: Simulator, db_path: str) -> None:
-    loop, run, audit = run_loop(sim8k, db_path, steps=60)
+def forget_sources(db_path: str) -> None:
+    """Make the stored checkpoints look like those written before sources were recorded."""
+    with sqlite3.connect(db_path) as db:
+        db.execute("UPDATE checkpoints SET sources = NULL")
+
+
+@pytest.mark.parametrize("stored", ["with_sources", "legacy_midway"])
+def test_every_replaced_original_is_archived_exactly_once(
+    sim8k: Simulator, db_path: str, stored: str
+) -> None:
+    midway = (lambda: forget_sources(db_path)) if stored == "legacy_midway" else None
+    loop, run, audit = run_loop(sim8k, db_path, steps=60, midway=midway)
     assert "true" in loop.compressed_headers
     history, view, archive = run["history"], run["view"], run["archive"]
     replaced = replaced_by_view(history, view)
