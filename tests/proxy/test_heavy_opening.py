@@ -105,3 +105,19 @@ def test_the_manual_compression_of_a_heavy_opening_clips_it(sim: Simulator, db_p
     assert result["compressed"] is True, result
     assert result["tokens_after"] < result["tokens_before"] // 2
     assert audit["missing"] == [] and 3 in audit["replaced"]
+
+
+def test_a_streamed_heavy_opening_is_answered(db_path: str) -> None:
+    models = [{"match": "*", "upstream": "sim", "context_length": 4 * WINDOW}]
+    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as sim:
+        with ProxyServer(settings_for(sim.base_url, db_path, models=models)) as proxy:
+            client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-a", max_retries=0)
+            stream = client.chat.completions.create(
+                model=MODEL,
+                messages=heavy_opening(),  # type: ignore[arg-type]
+                stream=True,
+            )
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text
+        sent = [r for r in sim.chat_requests if not r.is_summary]
+        assert [r.outcome == "overflow" for r in sent] == [True, False]
