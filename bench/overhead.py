@@ -2,13 +2,17 @@
 
     .venv/bin/python bench/overhead.py            # full run, ~10 minutes on 2 cores
     .venv/bin/python bench/overhead.py --quick    # ~1-2 minutes, writes overhead-quick.*
+    .venv/bin/python bench/overhead.py --only ctxgate,floor   # just these proxies
     scripts/install-peers.sh                      # optional: LiteLLM + Headroom in their own venvs
 
-Every server runs in its own process on 127.0.0.1: the provider simulator (the upstream),
-ctxgate, and, when their virtualenvs exist under --peers-dir, LiteLLM and Headroom in front of
-the same simulator. One httpx client (HTTP/1.1 keep-alive) sends the identical body to the
-direct URL and to each proxy in alternation (the starting target rotates every round), so drift
-in machine load hits every target alike. A sample is the time to the last byte: the whole body,
+Every server runs in its own process on 127.0.0.1: the provider simulator (the upstream), the
+floor (bench/overhead_floor.py: a bare uvicorn + httpx relay), ctxgate, and, when their
+virtualenvs exist under --peers-dir, LiteLLM and Headroom in front of the same simulator (how
+each is configured, and why: bench/overhead_services.py and bench/README.md).
+
+One httpx client (HTTP/1.1 keep-alive) sends the identical body to the direct URL and to each
+proxy in alternation (the starting target rotates every round), so drift in machine load hits
+every target alike. A sample is the time to the last byte: the whole body,
 or for a stream the moment `data: [DONE]` arrives.
 
 Cells: {8K, 64K}-token agent history (tau-bench airline conversations chained, with their 14
@@ -16,7 +20,8 @@ tools) x {non-streaming, streaming} x {1 sequential client, 16 concurrent client
 clients every round fires 16 requests at one target at once, then moves to the next target.
 
 "Added" latency = percentile(proxy) - percentile(direct) for p50/p90/p99; the paired
-per-sample difference (proxy - direct of the same round and client) is reported as well.
+per-sample difference (proxy - direct of the same round and client) is reported as well, and
+each proxy's added p50 as a multiple of the floor's (and, under 16 clients, in ms above it).
 Results: Markdown table on stdout, plus bench/results/overhead.{md,json}.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import signal
 import subprocess
 import sys
@@ -60,6 +66,7 @@ from bench.overhead_services import (  # noqa: E402
     PROXIES,
     Service,
     ctxgate_service,
+    floor_service,
     peer_services,
     running,
     simulator_service,
@@ -169,7 +176,12 @@ def _progress(summary: dict[str, Any]) -> None:
     parts = [f"direct p50 {summary['targets']['direct']['p50']:.2f} ms"]
     for name, stats in summary["targets"].items():
         if name != "direct":
-            parts.append(f"{name} +{stats['added_p50']:.2f}/+{stats['added_p99']:.2f}")
+            text = f"{name} +{stats['added_p50']:.2f}/+{stats['added_p99']:.2f}"
+            if summary["clients"] > 1 and "above_floor_p50" in stats:
+                text += f" ({stats['above_floor_p50']:+.2f} ms vs floor)"
+            elif math.isfinite(stats.get("floor_ratio_p50", math.nan)):
+                text += f" ({stats['floor_ratio_p50']:.2f}x floor)"
+            parts.append(text)
     other = f"other load {summary['foreign_before']:.2f}/{summary['foreign_cores']:.2f} CPUs"
     line = ", ".join(parts)
     print(f"{summary['cell']:>18}: {line} ({summary['wall_s']} s, {other})", flush=True)
@@ -191,6 +203,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=16, help="clients; 1 = sequential only")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     p.add_argument("--proxies", nargs="+", choices=PROXIES, default=list(PROXIES))
+    p.add_argument(
+        "--only",
+        type=_proxy_list,
+        metavar="NAMES",
+        help=f"comma-separated proxies to run, e.g. ctxgate,floor (of {','.join(PROXIES)}); "
+        "overrides --proxies",
+    )
     p.add_argument("--peers-dir", default="/work/peers", help="holds litellm-venv, headroom-venv")
     p.add_argument(
         "--context-length",
@@ -216,9 +235,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--startup-timeout", type=float, default=120.0)
     p.add_argument("--serve-simulator", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.only:
+        args.proxies = args.only
     if args.quiet_wait is None:
         args.quiet_wait = 5.0 if args.quick else 60.0
     return args
+
+
+def _proxy_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PROXIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown proxy {unknown}: choose from {PROXIES}")
+    return names
 
 
 def _stop_on_signal(signum: int, _frame: Any) -> None:
@@ -241,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim = simulator_service(run_dir, sys.executable, Path(__file__).resolve())
     upstream = sim.chat_url.removesuffix("/chat/completions")
     services = [sim]
+    if "floor" in args.proxies:
+        services.append(floor_service(run_dir, upstream))
     if "ctxgate" in args.proxies:
         services.append(ctxgate_service(run_dir, upstream, args.context_length))
     services += peer_services(args, run_dir, upstream)
@@ -283,6 +314,10 @@ def write_results(args: argparse.Namespace, report: str, raw: dict[str, Any]) ->
 
 
 def _version(svc: Service) -> str:
+    if svc.name == "floor":
+        import uvicorn
+
+        return f"uvicorn {uvicorn.__version__}, httpx {httpx.__version__}"
     package = {"litellm": "litellm", "headroom": "headroom-ai", "ctxgate": "ctxgate"}.get(svc.name)
     if package is None:
         return "-"

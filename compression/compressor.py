@@ -138,6 +138,9 @@ class Compressor:
         if reason is not None:
             return run.unchanged("skipped", state, reason)
         state = start_attempt(state)
+        too_large = _fixed_part_too_large(run)
+        if too_large is not None:
+            return run.unchanged("rejected", with_strike(state, ctx.now), too_large)
         plan = _plan(run, state)
         if not worth_summarizing(plan, ledger, run.limits.threshold):
             clipped = _clipped(run, state) if ctx.force else None
@@ -225,8 +228,9 @@ def _hopeless(run: _Pass, plan: CutPlan) -> str | None:
     if floor >= run.ledger.total:
         return f"the messages that must stay verbatim ({floor:,} tokens) are not smaller"
     limit = _limit(run)
-    if not run.ctx.force and int(floor * run.calibration) >= limit:
-        return f"the messages that must stay verbatim ({floor:,} tokens) are over {limit:,}"
+    projected = int(floor * run.calibration)  # in the provider's tokens, like the limit
+    if not run.ctx.force and projected >= limit:
+        return f"the messages that must stay verbatim ({projected:,} tokens) are over {limit:,}"
     return None
 
 
@@ -253,6 +257,29 @@ def _clipped(run: _Pass, state: EngineState) -> CompressionResult | None:
         pruned=len(clipped.pruned),
         replaced_upto=_replaced_upto(run.view, result),
         error=CLIPPED_NOTE,
+    )
+
+
+def _fixed_part_too_large(run: _Pass) -> str | None:
+    """Why no compression can make the request fit: the part it never touches (the system
+    and developer messages at the start, the tool definitions) alone fills the window."""
+    end = 0
+    while end < len(run.view) and run.view[end].get("role") in ("system", "developer"):
+        end += 1
+    fixed = int((run.ledger.base + run.ledger.span(0, end)) * run.calibration)
+    window = run.limits.window
+    if fixed < window:
+        return None
+    reserved = run.limits.context_length - window
+    room = f"the {window:,} tokens the model's window leaves for the prompt" + (
+        f" ({run.limits.context_length:,} less {reserved:,} reserved for output)"
+        if reserved
+        else ""
+    )
+    return (
+        f"the system prompt and tool definitions alone take {fixed:,} tokens, over {room}; "
+        "compressing the conversation cannot make the request fit: shorten them or use a model "
+        "with a larger window"
     )
 
 

@@ -33,6 +33,10 @@ class EngineState:
     # The summary model's tokens per counted token, learned from its replies' usage
     # (`Calibration.to_dict()`), so the next summary prompt is sized for its tokenizer.
     summary_calibration: dict[str, Any] | None = None
+    # An operator asked for a compression that could not run at once (the caller did not hold
+    # the session's latest view): the next request runs it, wherever it is served.
+    requested_at: float = 0.0
+    requested_focus: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = {item.name: getattr(self, item.name) for item in fields(self)}
@@ -61,7 +65,7 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
         return {str(k): int(v) for k, v in value.items() if isinstance(v, int | float)}
     if name == "summary_calibration":
         return dict(value) if isinstance(value, Mapping) else None
-    if name in ("previous_summary", "cooldown_reason"):
+    if name in ("previous_summary", "cooldown_reason", "requested_focus"):
         return value if isinstance(value, str) else None
     if name == "last_tokens_after":
         return int(value) if isinstance(value, int | float) and value is not True else None

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from compression.state import EngineState
-from proxy.compaction import applied_json
+from proxy.compaction import manual_answer
 from proxy.dashboard import router as dashboard_router
 from proxy.errors import NotFound, invalid_request
 from proxy.provenance import replaced_positions
@@ -226,15 +226,11 @@ async def compress_session(
     services = _services(request)
     sk = SessionKey(scope, key)
     await require_session(services, sk)
-    applied = await services.conversations.compress_now(sk, body.focus if body else None)
-    if applied is None:
-        raise NotFound(
-            f"Session '{key}' exists, but this ctxgate process holds no recent request of it to "
-            "compress (it was served by another replica, or before a restart); it will be "
-            "compressed on its next request when it needs to be.",
-            code="session_not_held",
-        )
-    return json_response({"scope": scope, "key": applied.turn.key.key, **applied_json(applied)})
+    done = await services.conversations.compress_now(sk, body.focus if body else None)
+    if done is None:
+        raise unknown(sk)
+    status, current, answer = manual_answer(done)
+    return json_response({"scope": scope, "key": current.key, **answer}, status)
 
 
 @api.get("/sessions/{scope}/{key:path}", summary="A session with its events and usage")

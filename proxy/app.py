@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -29,7 +28,9 @@ from proxy.frontdoor import FrontDoor
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
 from proxy.models import Models
-from proxy.routes import header_dict, read_body, router
+from proxy.relay import router as relay_router
+from proxy.responses_routes import router as responses_router
+from proxy.routes import header_dict, read_request_body, router
 from proxy.sessions import Sessions
 from proxy.settings import Settings
 from proxy.upstream import Upstream, new_http_transport
@@ -79,7 +80,9 @@ class Services:
     async def close(self) -> None:
         await self.conversations.close()
         if self.owns_store:
-            await self.store.close()
+            await self.store.close()  # writes out the usage still queued in memory
+        else:
+            await self.store.flush()  # its owner closes it; what this app queued is written
         if self.owns_http:
             await self.http.aclose()
 
@@ -100,7 +103,8 @@ async def start_services(
             settings.storage.url, session_cache_s=settings.storage.session_cache_s
         )
     upstreams = {name: Upstream(up, http) for name, up in settings.upstreams.items()}
-    locks = SessionLocks(store, owner=uuid.uuid4().hex, ttl_s=settings.storage.lease_ttl_s)
+    locks = SessionLocks(store, ttl_s=settings.storage.lease_ttl_s)
+    await locks.release_dead_holders()  # a restart takes its crashed predecessor's leases back
     metrics = Metrics()
     compactor = Compactor(
         store=store,
@@ -112,7 +116,7 @@ async def start_services(
         observe=metrics.compression,
     )
     models = Models(settings, store, engine, await store.get_model_windows())
-    sessions = Sessions(store, clock)
+    sessions = Sessions(store, clock, settings.server.held_request_bytes)
     conversations = Conversations(settings, store, compactor, upstreams, models, sessions, clock)
     auth = Authenticator(settings.auth)
     gateway = Gateway(settings, conversations, auth, metrics)
@@ -180,8 +184,7 @@ class CtxgateApp(FastAPI):
         services: Services = self.state.services
         try:
             headers = header_dict(scope["headers"])
-            limit = services.settings.server.max_body_bytes
-            raw = await read_body(headers, receive, limit)
+            raw = await read_request_body(services, headers, receive)
             response = await services.gateway.serve(door, headers, raw)
         except ClientDisconnect:
             return  # gone before its request was complete: nobody to answer
@@ -219,7 +222,9 @@ def create_app(
         title="ctxgate", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.include_router(router)
+    app.include_router(responses_router)
     app.include_router(admin_router)
+    app.include_router(relay_router)  # last: every other /v1 path goes upstream untouched
 
     app.add_exception_handler(ProxyError, on_proxy_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -55,20 +55,46 @@ class Applied:
     turn: Turn
 
 
-def applied_json(applied: Applied) -> dict[str, Any]:
-    """A manual compression's answer, less the session's name (the public and the admin API
-    name it each their way)."""
-    turn = applied.turn
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A manual compression left to the session's next request (this process does not hold
+    its latest view)."""
+
+    key: SessionKey
+
+
+def manual_answer(done: Applied | Scheduled) -> tuple[int, SessionKey, dict[str, Any]]:
+    """A manual compression's status, session and answer (less the session's name, which the
+    public and the admin API each give their way)."""
+    if isinstance(done, Scheduled):
+        return (
+            202,
+            done.key,
+            {
+                "compressed": False,
+                "outcome": "scheduled",
+                "error": None,
+                "tokens_before": None,
+                "tokens_after": None,
+                "checkpoint_id": None,
+                "messages_after": None,
+            },
+        )
+    turn = done.turn
     note = turn.notes[-1] if turn.notes else None
-    return {
-        "compressed": applied.changed,
-        "outcome": applied.outcome,
-        "error": applied.error,
-        "tokens_before": note.tokens_before if note else None,
-        "tokens_after": note.tokens_after if note else None,
-        "checkpoint_id": note.checkpoint_id if note else None,
-        "messages_after": len(turn.view),
-    }
+    return (
+        200,
+        turn.key,
+        {
+            "compressed": done.changed,
+            "outcome": done.outcome,
+            "error": done.error,
+            "tokens_before": note.tokens_before if note else None,
+            "tokens_after": note.tokens_after if note else None,
+            "checkpoint_id": note.checkpoint_id if note else None,
+            "messages_after": len(turn.view),
+        },
+    )
 
 
 class Compactor:

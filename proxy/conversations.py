@@ -19,8 +19,7 @@ from typing import Any
 from compression.calibration import Calibration
 from compression.engine import Summarizer, TokenCounter
 from compression.state import EngineState, record_real_usage
-from compression.types import Message
-from proxy.compaction import Applied, Compactor
+from proxy.compaction import Applied, Compactor, Scheduled
 from proxy.doors import summary_door
 from proxy.frontdoor import FrontDoor, Usage, WireRequest
 from proxy.headers import upstream_request_headers
@@ -105,9 +104,9 @@ class Conversations:
             return turn  # the history lives on the provider: nothing here to compress
         if session is not None and session.compression_count > 0:
             turn = await self.compactor.apply_checkpoint(turn)
-        last = self.sessions.last_turns.get(key)
-        if last is not None:
-            turn = replace(turn, anchored=_extends(turn.view, last.view))
+        mark = self.sessions.marks.get(key)
+        if mark is not None:
+            turn = replace(turn, anchored=mark.continued_by(turn.view))
         return await self._on_arrival(turn)
 
     async def _on_arrival(self, turn: Turn, after_job: bool = False) -> Turn:
@@ -134,6 +133,10 @@ class Conversations:
             turn = await self.compactor.apply_checkpoint(turn)
             return await self._on_arrival(turn, after_job=True)
         if isinstance(action, Compress):
+            if turn.state.requested_at:
+                # Asked for once: the request runs it whatever comes of it.
+                done = replace(turn.state, requested_at=0.0, requested_focus=None)
+                turn = replace(turn, state=done)
             return (await self._compress(turn, action)).turn
         return turn
 
@@ -176,6 +179,9 @@ class Conversations:
         self, turn: Turn, overflow: Overflow, attempts: int, body_bytes: int
     ) -> tuple[Turn, str | None]:
         """The turn to retry with, and None; or the reason no retry can fit."""
+        if turn.request.passthrough:
+            # Most of the prompt is on the provider: nothing to shrink, nothing to learn from.
+            return turn, f"forwarded untouched ({turn.request.passthrough})"
         window = overflow.window
         if window is None:
             failing = overflow.prompt_tokens or estimate_view(turn, *self._counting(turn))
@@ -265,11 +271,13 @@ class Conversations:
         except Exception:
             log.exception("background compression failed for session %s", turn.key.key)
 
-    async def compress_now(self, key: SessionKey, focus: str | None) -> Applied | None:
-        """The manual trigger: compress the session's most recent view now."""
-        last = self.sessions.last_turns.get(key)
+    async def compress_now(self, key: SessionKey, focus: str | None) -> Applied | Scheduled | None:
+        """The manual trigger: compress the session's latest view now when this process holds
+        it, else ask (in the database) for a compression of its next request, on whatever
+        replica serves it. None: no such session."""
+        last = self.sessions.held.get(key)
         if last is None:
-            return None
+            return await self._schedule(key, focus)
         turn = replace(last, notes=(), estimate=None)
         action = self._decide(Asked(focus), turn)
         assert isinstance(action, Compress)
@@ -278,16 +286,15 @@ class Conversations:
             self.sessions.mark_committed(turn.key)
         return applied
 
+    async def _schedule(self, key: SessionKey, focus: str | None) -> Scheduled | None:
+        key, session = await self.sessions.lookup(key)
+        if session is None:
+            return None
+        state = EngineState.from_json(session.engine_state)
+        asked = replace(state, requested_at=self.clock(), requested_focus=focus)
+        await self.store.save_engine_state(key, asked.to_json())
+        return Scheduled(key)
+
     async def close(self) -> None:
         await self.sessions.close()
         await self.models.close()
-
-
-def _extends(view: list[Message], earlier: list[Message]) -> bool:
-    """Whether `view` continues `earlier` (an edit, a fork or a new checkpoint breaks it).
-
-    Comparing the first and the last message of `earlier` is enough in practice and costs two
-    dict comparisons instead of a pass over the history.
-    """
-    n = len(earlier)
-    return len(view) >= n > 0 and view[0] == earlier[0] and view[n - 1] == earlier[-1]

@@ -4,6 +4,7 @@
     ├── BadRequest                   400 invalid_request_error
     ├── Unauthorized                 401 authentication_error
     ├── NotFound                     404 not_found_error
+    ├── RequestTimeout               408 invalid_request_error (the body stalled; closes)
     ├── PayloadTooLarge              413 invalid_request_error
     ├── ContextOverflow              400 invalid_request_error (compression could not make it fit)
     ├── UpstreamUnavailable          502 upstream_error
@@ -56,6 +57,18 @@ class Unauthorized(ProxyError):
 class NotFound(ProxyError):
     status_code = 404
     type = "not_found_error"
+
+
+class RequestTimeout(ProxyError):
+    """The client stopped sending its request body; the connection is closed after the answer,
+    since whatever it sends later can no longer be framed."""
+
+    status_code = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+    def headers(self) -> Mapping[str, str]:
+        return {"connection": "close"}
 
 
 class PayloadTooLarge(ProxyError):

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
+from dataclasses import replace
 
 import anyio
 import httpx
@@ -24,14 +25,16 @@ from starlette.responses import Response
 
 from proxy.auth import Authenticator
 from proxy.conversations import Conversations
-from proxy.errors import BadRequest, NotFound, ProxyError, UpstreamStatus
+from proxy.errors import BadRequest, NotFound, UpstreamStatus
 from proxy.frontdoor import FrontDoor, WireRequest
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
+from proxy.images import ImageLimit, image_limit, shrink_images
 from proxy.metrics import Metrics
 from proxy.settings import ModelRule, Settings
 from proxy.streaming import EventStreamResponse, StreamRelay
 from proxy.turn import Turn
+from storage import wait_budget
 
 log = logging.getLogger("ctxgate.gateway")
 
@@ -54,7 +57,9 @@ class Gateway:
     async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         """Serve one request of `door`'s API; raises ProxyError for the error handler."""
         try:
-            return await self._serve(door, headers, raw)
+            # All of one request's waits for session locks share one `lock_wait_s`.
+            with wait_budget(self.settings.storage.lock_wait_s):
+                return await self._serve(door, headers, raw)
         except orjson.JSONEncodeError as exc:
             # The parser takes deeper nesting than the serialiser: met when an id is derived
             # or the body rewritten, always before the upstream is called.
@@ -109,6 +114,9 @@ class Gateway:
         self, turn: Turn, error: UpstreamStatus, attempt: int, body_bytes: int
     ) -> Turn:
         """The turn to retry with; otherwise raise the upstream's error with a reason."""
+        limit = image_limit(error.status_code, error.raw)
+        if limit is not None:
+            return _with_images_shrunk(turn, error, limit)
         overflow = turn.door.overflow(error.status_code, error.raw)
         if overflow is None:
             raise error
@@ -223,23 +231,37 @@ class Gateway:
                 self.metrics.finished(200 if relay.watch.failed is None else 502)
 
 
+def _with_images_shrunk(turn: Turn, error: UpstreamStatus, limit: ImageLimit) -> Turn:
+    """The turn with its inline images shrunk to `limit`: one retry, never a second."""
+    if turn.images_shrunk:
+        raise _with_reason(error, "the images were already shrunk once")
+    view = shrink_images(turn.view, limit)
+    if view is None:
+        raise _with_reason(error, "no inline image could be made smaller")
+    log.info("session %s: images shrunk to %s after the provider refused them", turn.key.key, limit)
+    return replace(turn, view=view, images_shrunk=True)
+
+
 def _raise_overflow_event(door: FrontDoor, data: bytes | None, response: httpx.Response) -> None:
-    """Raise the stream's first event as an `UpstreamStatus` when it reports an overflow."""
+    """Raise the stream's first event as an `UpstreamStatus` when it reports an error ctxgate
+    recovers from (an overflow, an image too large)."""
     if not data:
         return
     status = door.stream_error(data)
-    if status is None or door.overflow(status, data) is None:
+    if status is None:
+        return
+    if door.overflow(status, data) is None and image_limit(status, data) is None:
         return
     raise UpstreamStatus(status, data, client_response_headers(response.headers.items()))
 
 
-def _with_reason(error: UpstreamStatus, reason: str) -> ProxyError:
+def _with_reason(error: UpstreamStatus, reason: str) -> UpstreamStatus:
     """The upstream's own error, its message extended with why ctxgate could not recover."""
     try:
         data = orjson.loads(error.raw)
     except orjson.JSONDecodeError:
         data = None
-    note = f" [ctxgate: context overflow not recoverable: {reason}]"
+    note = f" [ctxgate: not recoverable: {reason}]"
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
         data["error"]["message"] = str(data["error"].get("message") or "") + note
         raw = orjson.dumps(data)

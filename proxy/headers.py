@@ -28,10 +28,9 @@ _REQUEST_DROP = HOP_BY_HOP | {
     "content-encoding",
     "accept-encoding",
     "cookie",
-    "authorization",
-    "x-api-key",
-    "api-key",
 }
+# The client's credential headers: forwarded only to an upstream without a key of its own.
+_CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key"})
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "server", "date"}
 
 
@@ -49,12 +48,11 @@ def upstream_request_headers(
     """Headers to send upstream: the client's end-to-end headers plus upstream credentials."""
     items = list(client)
     drop = _REQUEST_DROP | _connection_named(items)
+    if upstream.api_key:
+        drop |= _CREDENTIALS
     out: dict[str, str] = {}
-    authorization = None
     for name, value in items:
         lower = name.lower()
-        if lower == "authorization":
-            authorization = value
         if lower in drop or lower.startswith(("x-stainless-", "x-ctxgate-")):
             continue
         out[lower] = value
@@ -64,9 +62,24 @@ def upstream_request_headers(
         out["x-api-key"] = upstream.api_key
     elif upstream.api_key:
         out["authorization"] = f"Bearer {upstream.api_key}"
-    elif authorization is not None:
-        out["authorization"] = authorization
     return out
+
+
+def wire_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    """Headers as bytes for the HTTP client, each value exactly as the client sent it.
+
+    Incoming values are decoded as Latin-1, which maps every byte to one character, so
+    encoding them back gives the original bytes (UTF-8 text in `X-Title` or `User-Agent`
+    included). Only a value from the config can hold other characters: it goes as UTF-8.
+    """
+    return [(name.encode("latin-1"), _value_bytes(value)) for name, value in headers.items()]
+
+
+def _value_bytes(value: str) -> bytes:
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("utf-8")
 
 
 def client_response_headers(upstream: Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -9,15 +9,18 @@ credential, so a guessed or spoofed session id never reaches another caller's ch
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
 from compression.content import content_text
 from compression.preamble import preamble_end, system_end
 from compression.types import Message
+from proxy.errors import BadRequest
 
 SESSION_HEADERS = (
     "x-session-id",
@@ -32,6 +35,11 @@ SESSION_HEADERS = (
 )
 _MAX_ID = 200
 _MIN_COPIED = 80  # shorter common endings are the user's own words
+# C0 controls (TAB, CR, LF, NUL…), DEL and C1 controls: never part of a real id, and a
+# header cannot carry most of them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What stays as it is in the canonical id: printable ASCII but '%', the escape character.
+_PLAIN = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +70,36 @@ def _explicit_id(headers: Mapping[str, str], hint: str | None) -> str | None:
     for name in SESSION_HEADERS:
         value = headers.get(name)
         if value and value.strip():
-            return value.strip()[:_MAX_ID]
+            # Header values arrive decoded as Latin-1, one character per byte: back to the
+            # bytes, then read as the UTF-8 they almost always are.
+            raw = value.strip().encode("latin-1", "replace")
+            return canonical_session_id(raw.decode("utf-8", "replace"), f"header {name!r}")
     if hint and hint.strip():
-        return hint.strip()[:_MAX_ID]
+        return canonical_session_id(
+            hint.strip(),
+            "the body's session field (metadata.session_id, prompt_cache_key or metadata.user_id)",
+        )
     return None
+
+
+def canonical_session_id(value: str, source: str = "session id") -> str:
+    """The id as ctxgate keeps and echoes it: safe in a header, a URL path and a log line.
+
+    Control characters are refused (400 naming `source`), before any upstream call; any other
+    non-ASCII character (and '%' alongside one) is percent-encoded as UTF-8, so `café` becomes
+    `caf%C3%A9`, the form a URL path carries it in anyway. Printable ASCII ids stay as they are.
+    """
+    value = value[:_MAX_ID]
+    if _CONTROL.search(value):
+        raise BadRequest(
+            f"The session id in {source} contains control characters "
+            "(CR, LF, TAB, NUL, DEL…); use printable text.",
+            param=source if source == "metadata.session_id" else None,
+            code="invalid_session_id",
+        )
+    if value.isascii():
+        return value
+    return quote(value, safe=_PLAIN, encoding="utf-8", errors="replace")
 
 
 def derived_session_id(messages: Sequence[Message]) -> str:

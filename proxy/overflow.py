@@ -64,6 +64,7 @@ _PATTERNS = re.compile(
             r"request too large",
             r"request_too_large",
             r"payload size exceeds",
+            r"exceed context limit",
         ]
     ),
     re.IGNORECASE,
@@ -79,6 +80,7 @@ _WINDOW = [
     re.compile(r"maximum prompt length is (\d+)", re.IGNORECASE),
     re.compile(r"while limit is (\d+)", re.IGNORECASE),
     re.compile(r"maximum number of tokens allowed \((\d+)\)", re.IGNORECASE),
+    re.compile(r"exceed context limit: \d+ \+ \d+ > (\d+)", re.IGNORECASE),
 ]
 _PROMPT = [
     re.compile(r"request \((\d+) tokens\)", re.IGNORECASE),
@@ -88,6 +90,7 @@ _PROMPT = [
     re.compile(r"prompt is too long: (\d+) tokens", re.IGNORECASE),
     re.compile(r"Given: (\d+) `inputs` tokens", re.IGNORECASE),
     re.compile(r"The input \((\d+) tokens\)", re.IGNORECASE),
+    re.compile(r"exceed context limit: (\d+) \+", re.IGNORECASE),
 ]
 
 

@@ -118,6 +118,8 @@ def decide(event: Event, limits: Limits, state: EngineState, *, now: float, rule
 def _on_arrival(
     event: Arrival, limits: Limits, state: EngineState, now: float, rules: Rules
 ) -> Action:
+    if state.requested_at:
+        return Compress("manual", force=True, focus=state.requested_focus)
     tokens = event.tokens
     if event.messages >= limits.hygiene_messages or (
         tokens is not None and tokens >= limits.hygiene_tokens

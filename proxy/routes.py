@@ -12,11 +12,12 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
-from proxy.compaction import applied_json
+from proxy.compaction import manual_answer
 from proxy.doors import BY_PATH
-from proxy.errors import BadRequest, NotFound, PayloadTooLarge
+from proxy.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout
 from proxy.headers import upstream_request_headers
-from proxy.identity import scope_for
+from proxy.identity import canonical_session_id, scope_for
+from proxy.token_count import count_tokens
 from storage import SessionKey, StorageError
 
 if TYPE_CHECKING:
@@ -36,24 +37,47 @@ def header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     return {name.decode("latin-1"): value.decode("latin-1") for name, value in raw}
 
 
-async def read_body(headers: Mapping[str, str], receive: Receive, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it exceeds `limit` bytes."""
+async def read_body(
+    headers: Mapping[str, str], receive: Receive, limit: int, *, timeout_s: float
+) -> bytes:
+    """The request body, refused with 413 as soon as it exceeds `limit` bytes and with 408
+    when `timeout_s` pass without a byte of it arriving."""
     declared = headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"The request body exceeds ctxgate's limit of {limit} bytes.")
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"The request body exceeds ctxgate's limit of {limit} bytes.")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    loop = asyncio.get_running_loop()
+    try:
+        # One timer for the whole body, pushed back at every chunk: a stall, not a slow
+        # upload, is what times out.
+        async with asyncio.timeout(timeout_s) as timer:
+            while True:
+                message = await receive()
+                timer.reschedule(loop.time() + timeout_s)
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect()
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(
+                        f"The request body exceeds ctxgate's limit of {limit} bytes."
+                    )
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"The request body stalled: no byte arrived for {timeout_s:g} s."
+        ) from None
+
+
+async def read_request_body(
+    services: Services, headers: Mapping[str, str], receive: Receive
+) -> bytes:
+    """A front door's request body, within the server's size and stall limits."""
+    server = services.settings.server
+    return await read_body(headers, receive, server.max_body_bytes, timeout_s=server.body_timeout_s)
 
 
 @router.post("/v1/chat/completions", include_in_schema=True)
@@ -62,8 +86,24 @@ async def chat_completions(request: Request) -> Response:
     """Served by `CtxgateApp` without this router; declared here for the OpenAPI schema."""
     services = services_of(request)
     headers = header_dict(request.scope["headers"])
-    raw = await read_body(headers, request.receive, services.settings.server.max_body_bytes)
+    raw = await read_request_body(services, headers, request.receive)
     return await services.gateway.serve(BY_PATH[request.url.path], headers, raw)
+
+
+@router.post("/v1/messages/count_tokens", include_in_schema=True)
+@router.post("/messages/count_tokens", include_in_schema=False)
+async def messages_count_tokens(request: Request) -> Response:
+    """Anthropic's token count: the upstream's, else ctxgate's count of the view it would send."""
+    services = services_of(request)
+    headers = header_dict(request.scope["headers"])
+    raw = await read_request_body(services, headers, request.receive)
+    return await count_tokens(services.gateway, headers, raw)
+
+
+@router.head("/", include_in_schema=False)
+async def root_probe() -> Response:
+    """Claude Code probes `HEAD /` before its first request."""
+    return Response(status_code=200)
 
 
 @router.get("/v1/models")
@@ -120,10 +160,16 @@ async def metrics(request: Request) -> Response:
 
 @router.post("/v1/sessions/{session_id}/compress")
 async def compress_session(session_id: str, request: Request) -> Response:
-    """Compress a session now (its most recent view), optionally around a focus topic."""
+    """Compress a session now (its most recent view), optionally around a focus topic; 202
+    when the compression is left to the session's next request."""
     services = services_of(request)
     credential = services.auth.client_credential(request.headers)
-    raw = await read_body(request.headers, request.receive, 64 * 1024)
+    raw = await read_body(
+        request.headers,
+        request.receive,
+        64 * 1024,
+        timeout_s=services.settings.server.body_timeout_s,
+    )
     focus = None
     if raw.strip():
         try:
@@ -133,12 +179,9 @@ async def compress_session(session_id: str, request: Request) -> Response:
         focus = payload.get("focus") if isinstance(payload, dict) else None
         if focus is not None and not isinstance(focus, str):
             raise BadRequest("'focus' must be a string.", param="focus")
-    key = SessionKey(scope_for(credential), session_id)
-    applied = await services.conversations.compress_now(key, focus)
-    if applied is None:
-        raise NotFound(
-            f"No recent request of session '{session_id}' is held by this ctxgate process; "
-            "send a request first.",
-            code="session_not_found",
-        )
-    return JSONResponse({"session_id": applied.turn.key.key, **applied_json(applied)})
+    key = SessionKey(scope_for(credential), canonical_session_id(session_id, "the path"))
+    done = await services.conversations.compress_now(key, focus)
+    if done is None:
+        raise NotFound(f"No session '{session_id}' is known.", code="session_not_found")
+    status, key, answer = manual_answer(done)
+    return JSONResponse({"session_id": key.key, **answer}, status_code=status)

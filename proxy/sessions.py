@@ -1,5 +1,10 @@
 """What this process runs and remembers per session: the row lookup (following rotations),
-background compressions, the last view it served, when it last committed a compression."""
+background compressions, the last view it served, when it last committed a compression.
+
+Of each session's last view it keeps a mark (its length, first and last message: enough to
+tell whether the next request continues it) and, within a byte budget, the whole turn, which
+the manual compression API compresses at once.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +13,51 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
+from compression.types import Message
 from proxy.turn import Turn
 from storage import SessionKey, SessionRecord, SessionStore, StorageError
 
 log = logging.getLogger("ctxgate.sessions")
 
 _MAX_CHILD_HOPS = 64
-_REMEMBERED = 2048
+_REMEMBERED = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class ViewMark:
+    """Enough of a served view to tell whether a later one continues it."""
+
+    length: int
+    first: Message
+    last: Message
+
+    def continued_by(self, view: list[Message]) -> bool:
+        """Whether `view` extends this one (an edit, a fork or a new checkpoint breaks it).
+
+        Comparing the first and the last message is enough in practice and costs two dict
+        comparisons instead of a pass over the history.
+        """
+        n = self.length
+        return len(view) >= n > 0 and view[0] == self.first and view[n - 1] == self.last
 
 
 class Sessions:
-    def __init__(self, store: SessionStore, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        clock: Callable[[], float] = time.time,
+        held_bytes: int = 128 * 1024 * 1024,
+    ) -> None:
         self.store = store
         self.clock = clock
+        self.held_bytes = held_bytes
         self.jobs: dict[SessionKey, asyncio.Task[None]] = {}
-        self.last_turns: OrderedDict[SessionKey, Turn] = OrderedDict()
+        self.marks: OrderedDict[SessionKey, ViewMark] = OrderedDict()
+        self.held: OrderedDict[SessionKey, Turn] = OrderedDict()
+        self._held_size = 0
         self._committed_at: OrderedDict[SessionKey, float] = OrderedDict()
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -67,10 +100,31 @@ class Sessions:
         return True
 
     def remember(self, turn: Turn) -> None:
-        self.last_turns[turn.key] = turn
-        self.last_turns.move_to_end(turn.key)
-        while len(self.last_turns) > _REMEMBERED:
-            self.last_turns.popitem(last=False)
+        """Note the view `turn` served; hold the turn itself while the byte budget allows."""
+        key, view = turn.key, turn.view
+        if view:
+            self.marks[key] = ViewMark(len(view), view[0], view[-1])
+            self.marks.move_to_end(key)
+            while len(self.marks) > _REMEMBERED:
+                self.marks.popitem(last=False)
+        self._release(key)
+        size = len(turn.request.raw)
+        if size > self.held_bytes:
+            return
+        self.held[key] = turn
+        self._held_size += size
+        while self._held_size > self.held_bytes:
+            self._release(next(iter(self.held)))
+
+    def _release(self, key: SessionKey) -> None:
+        dropped = self.held.pop(key, None)
+        if dropped is not None:
+            self._held_size -= len(dropped.request.raw)
+
+    @property
+    def held_size(self) -> int:
+        """Request bytes of the turns held now."""
+        return self._held_size
 
     def mark_committed(self, key: SessionKey) -> None:
         self._committed_at[key] = self.clock()
@@ -83,7 +137,8 @@ class Sessions:
 
     def forget(self, key: SessionKey) -> None:
         """Drop what this process remembers of a deleted session; cancel its background job."""
-        self.last_turns.pop(key, None)
+        self.marks.pop(key, None)
+        self._release(key)
         self._committed_at.pop(key, None)
         job = self.jobs.pop(key, None)
         if job is not None:

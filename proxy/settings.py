@@ -38,6 +38,14 @@ class ServerSettings:
     """TCP port (`--port` overrides it)."""
     max_body_bytes: int = 32 * 1024 * 1024
     """Largest chat request body accepted, in bytes; a larger one is refused with 413."""
+    held_request_bytes: int = 128 * 1024 * 1024
+    """Bytes of request bodies this process holds (each session's latest, least recently used
+    dropped first) so the manual compression API can compress them at once; a session whose
+    latest request is not held is compressed on its next request instead. Parsed, a held body
+    takes about three times its size in memory."""
+    body_timeout_s: float = 30.0
+    """Seconds a client may go without sending any byte of a request body it has started; a
+    stalled body is answered 408 and its connection closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +297,8 @@ def _server(r: _Reader) -> ServerSettings:
         host=r.get("host", str, d.host),
         port=r.positive("port", int, d.port),
         max_body_bytes=r.positive("max_body_bytes", int, d.max_body_bytes),
+        held_request_bytes=r.positive("held_request_bytes", int, d.held_request_bytes),
+        body_timeout_s=r.positive("body_timeout_s", float, d.body_timeout_s),
     )
     r.done()
     return out

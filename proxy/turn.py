@@ -54,6 +54,7 @@ class Turn:
     anchored: bool = True  # the session's last real figure was measured on a prefix of this view
     notes: tuple[CompressionNote, ...] = ()
     digests: tuple[str, ...] | None = None  # chained digests of the client's messages, once
+    images_shrunk: bool = False  # the view's images were shrunk after a refusal (once only)
 
     @property
     def messages(self) -> list[Message]:
@@ -116,7 +117,23 @@ class Turn:
         return headers
 
 
+# Share of the window the output reservation may take, whatever max_tokens the client sends.
+OUTPUT_SHARE = 0.25
+
+
+def output_reservation(
+    max_tokens: int | None, window: int, share: float = OUTPUT_SHARE
+) -> int | None:
+    """The output tokens to keep free when deciding whether the prompt fits.
+
+    Claude Code asks for 32,000 whatever the model's window; reserving that much of a 16K
+    window would leave no room for the prompt. The forwarded max_tokens is not changed.
+    """
+    return None if max_tokens is None else min(max_tokens, max(1, int(window * share)))
+
+
 def reservation(turn: Turn) -> int | None:
     """The output tokens reserved out of the window: a retry's lowered max_tokens, else the
-    client's, else the model rule's."""
-    return turn.max_tokens or turn.request.max_tokens or turn.rule.max_output_tokens
+    client's, else the model rule's; at most a share of the window."""
+    requested = turn.max_tokens or turn.request.max_tokens or turn.rule.max_output_tokens
+    return output_reservation(requested, turn.context_length)

@@ -7,13 +7,13 @@ per request. httpx exceptions are translated into proxy errors here and nowhere 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import httpx
 
 from proxy.errors import ProxyError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
-from proxy.headers import client_response_headers
+from proxy.headers import client_response_headers, wire_headers
 from proxy.settings import UpstreamSettings
 
 
@@ -61,7 +61,7 @@ class Upstream:
             method,
             url,
             content=body,
-            headers=headers,
+            headers=wire_headers(headers),
             extensions={"timeout": timeout},
         )
 
@@ -110,6 +110,33 @@ class Upstream:
                 raise UpstreamStatus(
                     response.status_code, raw, client_response_headers(response.headers.items())
                 )
+            yield response
+        finally:
+            await response.aclose()
+
+    @asynccontextmanager
+    async def relay(
+        self,
+        method: str,
+        target: str,
+        body: bytes | AsyncIterable[bytes],
+        headers: Mapping[str, str],
+    ) -> AsyncIterator[httpx.Response]:
+        """Send any request (`target` is a path under the base URL, with its query) and
+        return once the answer's headers arrived, whatever its status; the body stays unread
+        (read it with `aiter_bytes`) until the block ends."""
+        request = httpx.Request(
+            method,
+            httpx.URL(self.settings.base_url + target),  # not cached: any path may come
+            content=body,
+            headers=wire_headers(headers),
+            extensions={"timeout": self._timeout},
+        )
+        try:
+            response = await self._transport.handle_async_request(request)
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc, self.settings) from exc
+        try:
             yield response
         finally:
             await response.aclose()

@@ -21,7 +21,12 @@ install_peer() {  # install_peer NAME PIP-SPEC...
     echo "== $name installed: $("$venv/bin/python" -m pip show "${1%%[*}" | grep '^Version')"
 }
 
+# Pinned to the versions bench/results were measured with; override to compare another release,
+# e.g. LITELLM_SPEC='litellm[proxy]' for the newest.
+LITELLM_SPEC="${LITELLM_SPEC:-litellm[proxy]==1.108.7}"
+HEADROOM_SPEC="${HEADROOM_SPEC:-headroom-ai[proxy]==0.42.0}"
+
 status=0
-install_peer litellm 'litellm[proxy]' || status=1
-install_peer headroom 'headroom-ai[proxy]' || status=1
+install_peer litellm "$LITELLM_SPEC" || status=1
+install_peer headroom "$HEADROOM_SPEC" || status=1
 exit $status

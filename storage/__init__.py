@@ -4,7 +4,7 @@ The only package that imports sqlalchemy. Values in and out are frozen dataclass
 """
 
 from storage.errors import DatabaseBusy, LockTimeout, StorageError
-from storage.locks import SessionLocks
+from storage.locks import SessionLocks, wait_budget
 from storage.records import (
     PROMPT_TOKENS_PENDING,
     UNSET,
@@ -51,4 +51,5 @@ __all__ = [
     "Unset",
     "UsagePoint",
     "UsageRecord",
+    "wait_budget",
 ]

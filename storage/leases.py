@@ -3,12 +3,15 @@
 Each call is one statement in its own short transaction and never waits for the holder:
 taking a lease is an upsert that only overwrites an expired row (or our own), so on both
 SQLite and PostgreSQL two contenders cannot both see their owner in RETURNING.
-Expiry is what frees the lease of a crashed worker.
+Expiry frees the lease of a crashed worker; one on this machine is also taken over at once
+(see storage.owners).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, delete, or_, update
+from collections.abc import Collection
+
+from sqlalchemy import ColumnElement, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.db import upsert
@@ -48,3 +51,30 @@ async def refresh(
 
 async def release(conn: AsyncConnection, sk: SessionKey, owner: str) -> None:
     await conn.execute(delete(leases).where(*_where(sk, owner)))
+
+
+async def holder(conn: AsyncConnection, sk: SessionKey) -> str | None:
+    """The owner of the session's lease row, expired or not (None: no row)."""
+    stmt = select(leases.c.owner).where(leases.c.scope == sk.scope, leases.c.key == sk.key)
+    return (await conn.execute(stmt)).scalar_one_or_none()
+
+
+async def take_over(
+    conn: AsyncConnection, sk: SessionKey, dead: str, owner: str, ttl_s: float, now: float
+) -> bool:
+    """Move the lease from `dead` to `owner`; False when `dead` no longer holds it."""
+    stmt = update(leases).where(*_where(sk, dead)).values(owner=owner, expires_at=now + ttl_s)
+    return bool((await conn.execute(stmt)).rowcount)
+
+
+async def owners(conn: AsyncConnection) -> list[str]:
+    """Every distinct lease holder."""
+    return list((await conn.execute(select(leases.c.owner).distinct())).scalars())
+
+
+async def release_all(conn: AsyncConnection, of: Collection[str]) -> int:
+    """Delete every lease the given owners hold; the number deleted."""
+    if not of:
+        return 0
+    result = await conn.execute(delete(leases).where(leases.c.owner.in_(list(of))))
+    return int(result.rowcount or 0)

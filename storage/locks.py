@@ -4,6 +4,11 @@ The asyncio.Lock orders this process's tasks (FIFO) without touching the databas
 row orders workers and replicas. Hold it only around compression and the checkpoint write,
 never across an upstream generation. While held, a background task refreshes the lease every
 ttl/3 so a long summary call does not let it expire; expiry frees the lease of a crashed worker.
+A lease whose holder is a dead process of this machine (a restarted container, a respawned
+worker) is taken over at once instead (storage.owners).
+
+A request may pass through several compressions (on arrival, then after each overflow); inside
+`wait_budget(s)` all the lock waits of the current task together last at most s seconds.
 
 Failing to get the lock is not an error for the request: `hold` yields False and the caller
 goes on uncompressed (or waits for the other path's checkpoint).
@@ -14,17 +19,50 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from storage.errors import LockTimeout, StorageError
+from storage.owners import holder_is_dead, new_owner, parse_owner
 from storage.records import SessionKey
 from storage.store import SessionStore
 
 logger = logging.getLogger("ctxgate.storage")
 
 _MAX_POLL_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    task: asyncio.Task[object] | None
+    deadline: float
+
+
+_budget: ContextVar[_Budget | None] = ContextVar("ctxgate_lock_budget", default=None)
+
+
+@contextlib.contextmanager
+def wait_budget(seconds: float) -> Iterator[None]:
+    """Bound the total time the current task waits for session locks within this block.
+
+    Tasks it starts (a background compression) keep their own `wait_s`: the budget is the
+    request's, not theirs.
+    """
+    loop = asyncio.get_running_loop()
+    token = _budget.set(_Budget(asyncio.current_task(), loop.time() + seconds))
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
+def _deadline(wait_s: float) -> float:
+    now = asyncio.get_running_loop().time()
+    budget = _budget.get()
+    if budget is None or budget.task is not asyncio.current_task():
+        return now + wait_s
+    return min(now + wait_s, budget.deadline)
 
 
 @dataclass(slots=True)
@@ -44,7 +82,8 @@ class SessionLocks:
         ttl_s: float = 30.0,
         poll_s: float = 0.05,
     ) -> None:
-        self.owner = owner or uuid.uuid4().hex
+        self._me = new_owner()
+        self.owner = owner or str(self._me)
         self._store = store
         self._ttl_s = ttl_s
         self._poll_s = poll_s
@@ -62,7 +101,7 @@ class SessionLocks:
 
         Released on exit, including on error or cancellation.
         """
-        deadline = asyncio.get_running_loop().time() + wait_s
+        deadline = _deadline(wait_s)
         entry = self._checkout(sk)
         try:
             if not await _acquire_local(entry.lock, deadline):
@@ -92,6 +131,19 @@ class SessionLocks:
                 raise LockTimeout(f"session lock not acquired within {wait_s:g} s")
             yield
 
+    async def release_dead_holders(self) -> int:
+        """Free the leases of dead processes of this machine (run at start-up); how many."""
+        try:
+            holders = await self._store.lease_owners()
+            dead = [h for h in holders if h != self.owner and holder_is_dead(h, self._me)]
+            freed = await self._store.release_leases_of(dead)
+        except StorageError as exc:
+            logger.warning("could not look for leases of crashed processes: %s", exc)
+            return 0
+        if freed:
+            logger.warning("freed %d session lease(s) left by a crashed ctxgate process", freed)
+        return freed
+
     def _checkout(self, sk: SessionKey) -> _Entry:
         entry = self._entries.setdefault(sk, _Entry())
         entry.users += 1
@@ -112,10 +164,15 @@ class SessionLocks:
     async def _poll_lease(self, sk: SessionKey, deadline: float) -> bool:
         loop = asyncio.get_running_loop()
         delay = self._poll_s
+        checked_holder = False
         while True:
             try:
                 if await self._store.acquire_lease(sk, self.owner, self._ttl_s):
                     return True
+                if not checked_holder:
+                    checked_holder = True
+                    if await self._take_from_dead(sk):
+                        return True
             except StorageError as exc:
                 logger.warning("session lease unavailable, going on without it: %s", exc)
                 return False
@@ -124,6 +181,18 @@ class SessionLocks:
                 return False
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, _MAX_POLL_S)
+
+    async def _take_from_dead(self, sk: SessionKey) -> bool:
+        """Take the lease over if its holder is a process of this machine that has ended."""
+        if parse_owner(self.owner) is None:
+            return False  # an owner id given by the caller: it cannot be told apart
+        holder = await self._store.lease_holder(sk)
+        if holder is None or holder == self.owner or not holder_is_dead(holder, self._me):
+            return False
+        taken = await self._store.take_over_lease(sk, holder, self.owner, self._ttl_s)
+        if taken:
+            logger.warning("took over a session lease left by a crashed ctxgate process")
+        return taken
 
     async def _keep_alive(self, sk: SessionKey) -> None:
         while True:

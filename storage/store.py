@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -263,3 +263,20 @@ class SessionStore:
 
     async def release_lease(self, sk: SessionKey, owner: str) -> None:
         await self._db.write(lambda conn: leases.release(conn, sk, owner))
+
+    async def lease_holder(self, sk: SessionKey) -> str | None:
+        """Who holds the session's lease row (expired or not); None when nobody does."""
+        return await self._db.read(lambda conn: leases.holder(conn, sk))
+
+    async def take_over_lease(self, sk: SessionKey, dead: str, owner: str, ttl_s: float) -> bool:
+        """Take a lease from a holder known to be dead; False if it no longer holds it."""
+        return await self._db.write(
+            lambda conn: leases.take_over(conn, sk, dead, owner, ttl_s, self._clock())
+        )
+
+    async def lease_owners(self) -> list[str]:
+        return await self._db.read(leases.owners)
+
+    async def release_leases_of(self, owners: Collection[str]) -> int:
+        """Free every lease of the given (dead) owners; how many were freed."""
+        return await self._db.write(lambda conn: leases.release_all(conn, owners))

@@ -41,3 +41,43 @@ def test_the_check_catches_a_forbidden_import(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text("import httpx\nfrom storage.records import SessionKey\n")
     assert imported_roots(sample) & FORBIDDEN["compression"] == {"httpx", "storage"}
+
+
+# Inside proxy/, a request is followed one way: the edge (app, routes, gateway) calls the
+# policy side (conversations, compaction) and the front doors; neither calls back up.
+EDGE = {"proxy.app", "proxy.routes", "proxy.gateway", "proxy.admin", "proxy.cli"}
+PROXY_LAYERS = {
+    "proxy.policy": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.doors"},
+    "proxy.frontdoor": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.doors"},
+    "proxy.doors": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.policy"},
+    "proxy.conversations": EDGE,
+    "proxy.compaction": EDGE | {"proxy.conversations", "proxy.policy", "proxy.doors"},
+    "proxy.turn": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.policy"},
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(PROXY_LAYERS))
+def test_the_request_path_runs_one_way(module: str) -> None:
+    base = ROOT / module.replace(".", "/")
+    files = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+    assert files and files[0].exists()
+    forbidden = PROXY_LAYERS[module]
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            name
+            for name in imported_modules(path)
+            if any(name == f or name.startswith(f + ".") for f in forbidden)
+        )
+        for path in files
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from proxy.doors.chat import ChatDoor
+from proxy.doors.messages import MessagesDoor
+from proxy.doors.responses import ResponsesDoor
 from proxy.frontdoor import FrontDoor
 
-DOORS: tuple[FrontDoor, ...] = (ChatDoor(),)
+DOORS: tuple[FrontDoor, ...] = (ChatDoor(), ResponsesDoor(), MessagesDoor())
 
 BY_PATH: Mapping[str, FrontDoor] = {path: door for door in DOORS for path in door.paths}
 BY_API: Mapping[str, FrontDoor] = {door.api: door for door in DOORS}

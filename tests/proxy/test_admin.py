@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -285,16 +286,44 @@ def test_compress_works_without_a_body_and_rejects_a_bad_one(
     assert_envelope(httpx.post(url, json={"focus": 3}, headers=ADMIN), 400, "focus")
 
 
-def test_compress_needs_a_request_held_by_this_process(sim: Simulator, db_path: str) -> None:
+def test_compress_after_a_restart_runs_on_the_sessions_next_request(
+    sim: Simulator, db_path: str
+) -> None:
     settings = admin_settings(sim, db_path)
     with ProxyServer(settings) as first:
-        chat(first, "held-elsewhere", words=50)
-        flushed(first)
+        loop = grow_compressed(sim, first, session_id="held-elsewhere")
     with ProxyServer(settings) as restarted:
-        url = session_url(restarted, scope_for(AGENT_KEY), "held-elsewhere", "/compress")
-        response = httpx.post(url, headers=ADMIN)
-    assert_envelope(response, 404)
-    assert response.json()["error"]["code"] == "session_not_held"
+        url = session_url(restarted, scope_for(AGENT_KEY), "held-elsewhere")
+        asked = httpx.post(url + "/compress", json={"focus": "module_3"}, headers=ADMIN)
+        assert asked.status_code == 202, asked.text
+        assert asked.json()["outcome"] == "scheduled"
+        before = httpx.get(url, headers=ADMIN).json()
+        summaries = len(sim.summary_requests)
+        loop.client = client(restarted)
+        loop.step(100)
+        loop.step(101)  # asked for once: the request after runs no second manual compression
+        flushed(restarted)
+        after = httpx.get(url, headers=ADMIN).json()
+    manual = [e for e in after["events"][len(before["events"]) :] if e["trigger"] == "manual"]
+    assert len(manual) == 1
+    assert manual[0]["outcome"] in ("compressed", "fallback")
+    assert "module_3" in str(sim.summary_requests[summaries].body["messages"])
+
+
+def test_held_requests_are_bounded_by_bytes(sim: Simulator, db_path: str) -> None:
+    settings = admin_settings(sim, db_path)
+    settings = replace(settings, server=replace(settings.server, held_request_bytes=4_000))
+    with ProxyServer(settings) as proxy:
+        for n in range(6):
+            chat(proxy, f"bounded-{n}", words=200)  # ~1 KB bodies
+        flushed(proxy)
+        sessions = proxy.services.sessions
+        assert 0 < sessions.held_size <= 4_000
+        assert len(sessions.held) < 6 == len([k for k in sessions.marks if "bounded" in k.key])
+        oldest = session_url(proxy, scope_for(AGENT_KEY), "bounded-0", "/compress")
+        assert httpx.post(oldest, headers=ADMIN).status_code == 202
+        newest = session_url(proxy, scope_for(AGENT_KEY), "bounded-5", "/compress")
+        assert httpx.post(newest, headers=ADMIN).status_code == 200
 
 
 def test_delete_removes_the_session_and_its_archive(sim: Simulator, proxy: ProxyServer) -> None:

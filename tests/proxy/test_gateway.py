@@ -403,7 +403,8 @@ def test_proxy_keys_are_enforced_and_never_forwarded(sim: Simulator, db_path: st
 
 
 def test_unknown_path_gets_an_openai_envelope(proxy: ProxyServer) -> None:
-    response = httpx.get(proxy.base_url + "/no-such-thing")
+    # Outside /v1: under it, every path is relayed upstream (tests/proxy/test_relay.py).
+    response = httpx.get(f"http://127.0.0.1:{proxy.port}/no-such-thing")
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "not_found_error"
 

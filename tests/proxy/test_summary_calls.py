@@ -8,6 +8,7 @@ go on in every case, with a valid history and no error text committed as a summa
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -176,7 +177,12 @@ def test_summary_calls_are_sized_with_the_models_calibrated_ratio(
             client.chat.completions.create(
                 model=MODEL, messages=loop.messages, extra_headers={"X-Session-Id": "fresh"}
             )
+            # The answer calibrates once it is sent: wait for that bookkeeping.
+            deadline = time.monotonic() + 5
             ratio = proxy.services.models.summary_token_ratio(MODEL)
+            while ratio is None and summary_model == "auto" and time.monotonic() < deadline:
+                time.sleep(0.02)
+                ratio = proxy.services.models.summary_token_ratio(MODEL)
     if summary_model == "auto":
         assert ratio is not None and 1.6 < ratio < 1.8
     else:

@@ -5,6 +5,9 @@
 See README.md in this directory.
 """
 
+from .agent import ScriptedAgent, is_claude_code_compaction
+from .anthropic_prompt import count_messages_tokens
+from .anthropic_rules import ThinkingSigner
 from .dialects import overflow_error, requested_max_tokens, tool_pairing_problems
 from .models import (
     DIALECTS,
@@ -26,6 +29,7 @@ from .replies import (
     is_summary_request,
 )
 from .server import Simulator
+from .shell_agent import ShellAgent
 from .tokens import count_prompt_tokens, count_text, get_encoding
 
 __all__ = [
@@ -40,13 +44,18 @@ __all__ = [
     "ModelSpec",
     "Received",
     "Reply",
+    "ScriptedAgent",
+    "ShellAgent",
     "Simulator",
     "StreamError",
+    "ThinkingSigner",
     "build_summary",
+    "count_messages_tokens",
     "count_prompt_tokens",
     "count_text",
     "default_reply",
     "get_encoding",
+    "is_claude_code_compaction",
     "is_summary_request",
     "overflow_error",
     "requested_max_tokens",

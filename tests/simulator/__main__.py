@@ -1,7 +1,8 @@
 """Run the provider simulator standalone:
 
     python -m tests.simulator --port 9000 --window 8192 [--dialect vllm] \
-        [--model gpt-4o-mini=8192:openai ...] [--chunk-delay 0.02] [--api-key sk-test] [-v]
+        [--model gpt-4o-mini=8192:openai ...] [--chunk-delay 0.02] [--api-key sk-test] \
+        [--stream-errors event] [--agent-turns 25] [-v]
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
+from .agent import ScriptedAgent
 from .models import DIALECTS, ModelSpec, Received
 from .server import Simulator
+from .shell_agent import ShellAgent
 
 
 def _model_arg(text: str) -> tuple[str, int, str]:
@@ -22,6 +26,20 @@ def _model_arg(text: str) -> tuple[str, int, str]:
     if not name or not window.isdigit():
         raise argparse.ArgumentTypeError("expected NAME=WINDOW[:DIALECT]")
     return name, int(window), dialect or "openai"
+
+
+def _agent(turns: int) -> Callable[[dict[str, Any]], Any]:
+    """One responder for every API: Messages bodies (tools with an `input_schema`) go to the
+    Anthropic agent, Chat and Responses bodies to the shell agent."""
+    messages_agent, shell_agent = ScriptedAgent(turns=turns), ShellAgent(turns=turns)
+
+    def respond(body: dict[str, Any]) -> Any:
+        tools = body.get("tools") or []
+        if "input" not in body and any(isinstance(t, dict) and "input_schema" in t for t in tools):
+            return messages_agent(body)
+        return shell_agent(body)
+
+    return respond
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +73,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="reject broken tool-call pairing with OpenAI's 400",
     )
+    parser.add_argument(
+        "--stream-errors",
+        choices=("status", "event"),
+        default="status",
+        help="how a streamed request's overflow is reported (event: response.failed / data error)",
+    )
+    parser.add_argument(
+        "--agent-turns",
+        type=int,
+        default=None,
+        metavar="K",
+        help="play a scripted agent: K shell tool calls per session, then a final answer "
+        "(ScriptedAgent for Messages requests, ShellAgent for Chat and Responses ones)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print one line per request")
     args = parser.parse_args(argv)
 
@@ -64,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             dialect=dialect,
             token_factor=args.token_factor,
             stream_usage=not args.no_stream_usage,
+            stream_errors=args.stream_errors,
         )
 
     sim = Simulator(
@@ -75,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
     )
+    if args.agent_turns is not None:
+        sim.responder = _agent(args.agent_turns)
     if args.verbose:
 
         def log(rec: Received) -> None:

@@ -49,6 +49,9 @@ class ModelSpec:
     stream_errors     "status": a streaming request that overflows gets the error status like
                       any other; "event": HTTP 200, then the error body as the stream's one
                       event (how OpenRouter, Anthropic and the Responses API report it)
+    image_max_bytes, image_max_px  refuse an inline image over these, in the dialect's words
+    cache_min_tokens  Messages prompt caching: a breakpoint prefix shorter than this is not
+                      cached (the real minimum is 1024 or more, per model)
     """
 
     window: int
@@ -60,6 +63,9 @@ class ModelSpec:
     default_max_tokens: int = 0
     usage: bool = True
     stream_errors: str = "status"
+    image_max_bytes: int | None = None  # inline images over this many bytes are refused
+    image_max_px: int | None = None  # inline images whose longer side exceeds this are refused
+    cache_min_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.stream_errors not in ("status", "event"):
@@ -183,6 +189,7 @@ class Received:
     problems: list[str] = field(default_factory=list)  # tool-pairing violations found in messages
     status: int | None = None  # HTTP status sent (None: connection dropped / not answered yet)
     outcome: str = "pending"  # reply|overflow|fail|hang|disconnect|stream_error|client_gone|...
+    usage: dict[str, Any] | None = None  # the usage a Messages answer reported (cache figures)
 
     @property
     def model(self) -> str | None:
@@ -201,3 +208,13 @@ class Received:
     @property
     def is_chat(self) -> bool:
         return self.path.rstrip("/").endswith("/chat/completions")
+
+    @property
+    def is_messages(self) -> bool:
+        """A Messages API turn (``/v1/messages``; count_tokens is not one)."""
+        return self.path.rstrip("/").endswith("/messages")
+
+    @property
+    def is_responses(self) -> bool:
+        norm = self.path.rstrip("/")
+        return norm.endswith("/responses") or "/responses/" in norm

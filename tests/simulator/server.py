@@ -18,6 +18,7 @@ from typing import Any
 
 import uvicorn
 
+from .anthropic_api import MessagesAPI, is_messages_path
 from .behaviours import ChatTurn, perform
 from .connection import Receive, Scope, Send, SimH11Protocol, read_body
 from .dialects import overflow_error, tool_pairing_problems
@@ -31,8 +32,11 @@ from .endpoints import (
     send_unknown_url,
 )
 from .exchange import Exchange, parse_request
+from .images import image_error
 from .models import Behaviour, Disconnect, Fail, Hang, ModelSpec, Received, Reply, StreamError
+from .relayed import is_relayed_path, send_relayed
 from .replies import default_reply, is_summary_request
+from .responses_api import ResponsesAPI
 from .tokens import count_prompt_tokens, get_encoding
 
 Responder = Callable[[dict[str, Any]], Any]
@@ -73,6 +77,7 @@ class Simulator:
         self._queue: deque[Behaviour] = deque()
         self._completion_ids = itertools.count(1)
         self._call_ids = itertools.count(1)
+        self.responses = ResponsesAPI(self)
 
         self._thread: threading.Thread | None = None
         self._server: uvicorn.Server | None = None
@@ -80,6 +85,7 @@ class Simulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing: asyncio.Event | None = None
         self._thread_error: BaseException | None = None
+        self.messages_api = MessagesAPI(self)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Simulator:
@@ -221,6 +227,8 @@ class Simulator:
             self._queue.clear()
             self._completion_ids = itertools.count(1)
             self._call_ids = itertools.count(1)
+        self.messages_api.reset()
+        self.responses.clear()
 
     @property
     def received(self) -> list[Received]:
@@ -231,6 +239,14 @@ class Simulator:
     @property
     def chat_requests(self) -> list[Received]:
         return [r for r in self.received if r.is_chat]
+
+    @property
+    def messages_requests(self) -> list[Received]:
+        return [r for r in self.received if r.is_messages]
+
+    @property
+    def responses_requests(self) -> list[Received]:
+        return [r for r in self.received if r.is_responses]
 
     @property
     def summary_requests(self) -> list[Received]:
@@ -271,12 +287,18 @@ class Simulator:
         rec, parse_error = self._record(scope, await read_body(receive))
         exchange = Exchange(scope, receive, send, rec)
         norm = rec.path.rstrip("/") or "/"
-        if not self._authorized(rec.headers):
+        if self.messages_api.serves(rec, norm):
+            await self.messages_api.handle(exchange, norm)
+        elif not self._authorized(rec.headers):
             await send_auth_error(exchange)
         elif is_models_path(norm):
             await send_models(exchange, self.models, norm)
         elif norm == "/health":
             await exchange.send_json(200, {"status": "ok"}, outcome="reply")
+        elif rec.is_responses:
+            await self.responses.handle(exchange, parse_error)
+        elif is_relayed_path(norm):
+            await send_relayed(exchange, norm)
         elif not rec.is_chat:
             await send_unknown_url(exchange)
         else:
@@ -293,6 +315,10 @@ class Simulator:
         body = rec.body
         if rec.is_chat and isinstance(body, dict) and isinstance(body.get("messages"), list):
             self._inspect_chat(rec, body)
+        elif is_messages_path(rec.path.rstrip("/")):
+            self.messages_api.inspect(rec)
+        elif rec.is_responses:
+            self.responses.inspect(rec)
         with self._lock:
             self._received.append(rec)
         if self.on_request is not None:
@@ -313,17 +339,18 @@ class Simulator:
         rec = exchange.rec
         body: dict[str, Any] = rec.body
         spec = self.spec_for(body.get("model"))
-        overflow = overflow_error(spec, rec.prompt_tokens or 0, body, len(rec.raw))
+        overflow, outcome = image_error(spec, body), "image_rejected"
+        if overflow is None:
+            overflow = overflow_error(spec, rec.prompt_tokens or 0, body, len(rec.raw))
+            outcome = "overflow"
         if overflow is not None and body.get("stream") is True and spec.stream_errors == "event":
             await exchange.send_error_event(overflow)
             return
         if overflow is not None:
-            await exchange.send_fail(overflow, outcome="overflow")
+            await exchange.send_fail(overflow, outcome=outcome)
             return
-        with self._lock:
-            scripted = self._queue.popleft() if self._queue else None
         try:
-            behaviour = scripted if scripted is not None else await self._respond(body)
+            behaviour = await self.behaviour_for(body)
         except Exception as exc:
             tb = traceback.format_exc()
             logging.getLogger(__name__).error("simulator responder failed:\n%s", tb)
@@ -344,6 +371,19 @@ class Simulator:
             call_id=self._next_call_id,
             chunk_delay_s=lambda: self.chunk_delay_s,
         )
+
+    async def behaviour_for(self, body: dict[str, Any], *, scripted: bool = True) -> Behaviour:
+        """The next queued behaviour (unless ``scripted`` is False), else the responder's."""
+        if scripted:
+            with self._lock:
+                queued = self._queue.popleft() if self._queue else None
+            if queued is not None:
+                return queued
+        return await self._respond(body)
+
+    @property
+    def closing_event(self) -> asyncio.Event | None:
+        return self._closing
 
     async def _respond(self, body: dict[str, Any]) -> Behaviour:
         if self.responder is not None:

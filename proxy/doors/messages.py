@@ -1,0 +1,129 @@
+"""The Anthropic Messages front door: `POST /v1/messages` (Claude Code, the `anthropic` SDK).
+
+`system` and the messages become chat-shaped messages for the core (see `messages_blocks`);
+a request ctxgate does not change is forwarded as the client's bytes, a changed one is rebuilt
+with every field ctxgate does not use untouched, the client's cache breakpoints kept and the
+ones left spent on the rewritten prefix (see `messages_cache`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import orjson
+
+from compression.engine import SummaryCall, SummaryReply
+from compression.types import Message
+from proxy.doors import messages_events as events
+from proxy.doors.messages_blocks import ORIGINAL, original_of, render_view
+from proxy.doors.messages_cache import place_breakpoints
+from proxy.doors.messages_request import read_body
+from proxy.errors import ProxyError, UpstreamStatus
+from proxy.frontdoor import Usage, WireRequest
+from proxy.overflow import Overflow, classify_overflow
+
+
+class MessagesDoor:
+    api: str = "messages"
+    paths: tuple[str, ...] = ("/v1/messages", "/messages")
+    upstream_path: str = "/messages"
+
+    def parse(self, raw: bytes) -> WireRequest:
+        read = read_body(raw)
+        return WireRequest(
+            raw=raw,
+            body=read.body,
+            model=read.model,
+            messages=read.messages,
+            stream=read.stream,
+            max_tokens=read.max_tokens,
+            tools=read.tools,
+            session_hint=read.session_hint,
+            passthrough=None if read.messages else "no messages",
+        )
+
+    def render(self, request: WireRequest, view: list[Message], max_tokens: int | None) -> bytes:
+        if view is request.messages and max_tokens is None:
+            return request.raw
+        rendered = render_view(without_stale_markers(view, request.messages))
+        body: dict[str, Any] = dict(request.body)
+        system, messages = place_breakpoints(
+            rendered.system, rendered.messages, body.get("tools"), rendered.last_written
+        )
+        if system is None:
+            body.pop("system", None)
+        else:
+            body["system"] = system
+        body["messages"] = messages
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        return orjson.dumps(body)
+
+    def usage(self, answer: bytes) -> Usage | None:
+        return events.answer_usage(answer)
+
+    def watch(self, request: WireRequest) -> events.MessagesWatch:
+        return events.MessagesWatch()
+
+    def stream_error(self, data: bytes) -> int | None:
+        return events.error_status(data)
+
+    def overflow(self, status: int, body: bytes) -> Overflow | None:
+        return classify_overflow(status, body)
+
+    def error_body(self, error: ProxyError) -> bytes:
+        if isinstance(error, UpstreamStatus):
+            return error.body()  # the provider's own envelope
+        return events.error_body(error.status_code, error.message)
+
+    def summary_body(self, call: SummaryCall, model: str) -> bytes:
+        return events.summary_body(call, model)
+
+    def summary_reply(self, answer: bytes) -> SummaryReply:
+        return events.summary_reply(answer)
+
+
+def without_stale_markers(view: list[Message], current: list[Message]) -> list[Message]:
+    """The view with `cache_control` removed from messages the client no longer sends as they
+    are (a checkpoint keeps the markers of the turn it was made on; the client has moved them
+    since, and a fifth breakpoint is refused)."""
+    mine = {id(m) for m in current}
+    keys: set[bytes] | None = None
+    out: list[Message] = []
+    for message in view:
+        original = original_of(message)
+        if id(message) in mine or original is None or "blocks" not in original:
+            out.append(message)
+            continue
+        if keys is None:
+            keys = {orjson.dumps(original_of(m)) for m in current}
+        if orjson.dumps(original) in keys or not _has_marker(original):
+            out.append(message)
+        else:
+            out.append(_unmarked(message, original))
+    return out
+
+
+def _has_marker(value: Any) -> bool:
+    return b'"cache_control"' in orjson.dumps(value)
+
+
+def _unmarked(message: Message, original: dict[str, Any]) -> Message:
+    copied = cast(dict[str, Any], _strip(dict(message)))
+    stripped = dict(original)
+    stripped["blocks"] = _strip(original["blocks"])
+    copied[ORIGINAL] = stripped
+    return cast(Message, copied)
+
+
+def _strip(value: Any) -> Any:
+    """A copy of content without `cache_control` keys in blocks (nested tool_result content too)."""
+    if isinstance(value, list):
+        return [_strip(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            k: (_strip(v) if k in ("content", "blocks") else v)
+            for k, v in value.items()
+            if k != "cache_control"
+        }
+    return value

@@ -1,0 +1,52 @@
+"""The OpenAI Responses front door: `POST /v1/responses`, streamed or not.
+
+Input items become chat-shaped messages that carry their items (`responses_items`), the view
+goes back as items (`responses_render`), and the stream is read by `ResponsesWatch`. A request
+ctxgate does not change, or must not (its history is on the provider), is forwarded as the
+client's bytes.
+"""
+
+from __future__ import annotations
+
+from compression.engine import SummaryCall, SummaryReply
+from compression.types import Message
+from proxy.doors import responses_stream, responses_wire
+from proxy.doors.responses_stream import ResponsesWatch
+from proxy.errors import ProxyError
+from proxy.frontdoor import Usage, WireRequest
+from proxy.overflow import Overflow
+
+
+class ResponsesDoor:
+    api: str = "responses"
+    paths: tuple[str, ...] = ("/v1/responses", "/responses")
+    upstream_path: str = "/responses"
+
+    def parse(self, raw: bytes) -> WireRequest:
+        return responses_wire.parse_request(raw)
+
+    def render(self, request: WireRequest, view: list[Message], max_tokens: int | None) -> bytes:
+        if request.passthrough or (view is request.messages and max_tokens is None):
+            return request.raw
+        return responses_wire.render_request(request, view, max_tokens)
+
+    def usage(self, answer: bytes) -> Usage | None:
+        return responses_wire.answer_usage(answer)
+
+    def watch(self, request: WireRequest) -> ResponsesWatch:
+        return ResponsesWatch()
+
+    def stream_error(self, data: bytes) -> int | None:
+        return responses_stream.stream_error(data)
+
+    def overflow(self, status: int, body: bytes) -> Overflow | None:
+        return responses_stream.overflow(status, body)
+
+    def error_body(self, error: ProxyError) -> bytes:
+        return error.body()  # OpenAI's envelope, as for Chat Completions
+
+    def summary_body(self, call: SummaryCall, model: str) -> bytes:
+        return responses_wire.summary_body(call, model)
+
+    def summary_reply(self, answer: bytes) -> SummaryReply:
+        return responses_wire.summary_reply(answer)
