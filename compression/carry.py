@@ -5,8 +5,8 @@ observations sent as `user` by text-action agents are not: they are summarized l
 results) plus those an earlier summary in the region already carried. Chosen within a count
 and token bound, in this order, then emitted oldest first:
 
-    1. the original request (what was sent before the first reply), clipped head+tail when
-       none of it fits whole
+    1. the original request (what was sent before the first reply after the client's canned
+       opening, see `compression.preamble`), clipped head+tail when none of it fits whole
     2. the earliest messages that state a constraint ("never…", "don't…", "only…")
     3. the newest of the rest
 
@@ -29,6 +29,7 @@ from compression.ledger import Ledger
 from compression.observations import has_output_marker, observation_indices
 from compression.options import CompressorOptions
 from compression.planning import CutPlan
+from compression.preamble import preamble_end
 from compression.prompts import ANCHORS_HEADER, USER_CLOSE, USER_MESSAGES_HEADER, USER_OPEN
 from compression.toolpairs import call_parts, tool_calls_of
 from compression.types import Message
@@ -82,12 +83,14 @@ def carry_candidates(
 
     The opening candidates are the user messages sent before the first reply, or else the
     first message an earlier summary carried (where that summary kept the original request).
+    A client's canned opening (examples, acknowledged context) is neither: it is not carried.
     """
     if observations is None:
         observations = observation_indices(messages, start, end)
-    replied = any(_replies(message) for message in messages[:start])
+    canned = preamble_end(messages)
+    replied = any(_replies(message) for message in messages[canned:start])
     found: list[Carried] = []
-    for index in range(start, end):
+    for index in range(max(start, canned), end):
         message = messages[index]
         summary = handoff_text(message)
         if summary is not None:

@@ -29,6 +29,8 @@ from compression.options import CompressorOptions
 from compression.planning import (
     MARKER_TOKENS,
     MAX_LEVEL,
+    OPENING_SHARE,
+    TARGET_SHARE,
     CutPlan,
     budgets_for,
     head_end,
@@ -36,7 +38,8 @@ from compression.planning import (
     summary_tokens,
     worth_summarizing,
 )
-from compression.pruning import prune_messages
+from compression.preamble import fixed_end
+from compression.pruning import clip_outputs, prune_messages
 from compression.state import (
     EngineState,
     blocked_reason,
@@ -62,6 +65,7 @@ log = logging.getLogger(__name__)
 TRUNCATED_NOTE = (
     "the summary stopped at the summary model's output limit; kept up to its last complete line"
 )
+CLIPPED_NOTE = "nothing but the protected opening was left: its tool outputs were clipped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +143,15 @@ class Compressor:
             return run.unchanged("rejected", with_strike(state, ctx.now), too_large)
         plan = _plan(run, state)
         if not worth_summarizing(plan, ledger, run.limits.threshold):
+            clipped = _clipped(run, state) if ctx.force else None
+            if clipped is not None:
+                return clipped
             return run.unchanged("noop", with_noop(state, ctx.now), "nothing to compress")
         hopeless = _hopeless(run, plan)
         if hopeless is not None:
+            clipped = _clipped(run, state) if ctx.force else None
+            if clipped is not None:
+                return clipped
             return run.unchanged("rejected", with_strike(state, ctx.now), hopeless)
         summary = await summarize_middle(view, ctx, self.options, ledger, run.pairing, plan, state)
         if summary.calibration is not None:
@@ -173,7 +183,9 @@ def _skip_reason(run: _Pass, state: EngineState) -> str | None:
 def _plan(run: _Pass, state: EngineState) -> CutPlan:
     """The least aggressive plan whose estimated result fits under the target."""
     decayed = state.compression_count > 0 or any(handoff_text(m) is not None for m in run.view)
-    head = head_end(run.view, run.options.protect_first_n, decayed)
+    cap = int(run.limits.threshold * OPENING_SHARE)
+    fixed = fixed_end(run.view, run.ledger.tokens, cap)
+    head = head_end(run.view, run.options.protect_first_n, decayed, fixed)
     fixed = run.ledger.base + run.ledger.span(0, head)
     plan: CutPlan | None = None
     for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
@@ -220,6 +232,32 @@ def _hopeless(run: _Pass, plan: CutPlan) -> str | None:
     if not run.ctx.force and projected >= limit:
         return f"the messages that must stay verbatim ({projected:,} tokens) are over {limit:,}"
     return None
+
+
+def _clipped(run: _Pass, state: EngineState) -> CompressionResult | None:
+    """A forced pass with nothing to summarize: the view with its tool outputs clipped until
+    it fits under the target (None when that removes nothing)."""
+    ledger = run.ledger
+    target = int(run.limits.threshold * TARGET_SHARE / run.calibration)
+    clipped = clip_outputs(run.view, ledger.tokens, ledger.total - target, run.options, run.pairing)
+    if not clipped.pruned:
+        return None
+    result = clipped.messages
+    after = ledger.view(result)
+    if after >= ledger.total:
+        return None
+    check_invariants(result)
+    projected = int(after * run.calibration)
+    return CompressionResult(
+        messages=result,
+        outcome="compressed",
+        state=with_committed(state, state.previous_summary, projected),
+        tokens_before=run.figure,
+        tokens_after=projected,
+        pruned=len(clipped.pruned),
+        replaced_upto=_replaced_upto(run.view, result),
+        error=CLIPPED_NOTE,
+    )
 
 
 def _fixed_part_too_large(run: _Pass) -> str | None:

@@ -1,6 +1,6 @@
 """Where to cut: the protected head, the summarized middle and the verbatim tail (pure).
 
-    [head: system (+ first turns, first compression only)] [middle → summary] [tail]
+    [head: system, canned opening (+ first turns, first compression only)] [middle] [tail]
 
 The tail is walked back from the newest message by token budget with a message floor, and
 moved back so an assistant message with `tool_calls` is never split from its results (nor a
@@ -19,6 +19,7 @@ from compression.handoff import handoff_text, user_text
 from compression.ledger import Ledger
 from compression.observations import is_observation
 from compression.options import CompressorOptions
+from compression.preamble import system_end
 from compression.thresholds import TAIL_MAX_CONTEXT_SHARE, Limits, summary_budget, tail_budget
 from compression.toolpairs import ToolPairing, group_end, group_start, tool_calls_of
 from compression.types import Message
@@ -31,6 +32,7 @@ MIN_SUMMARY_TOKENS = 128
 MIN_MIDDLE_TOKENS = 512
 CARRY_SHARE = 0.15  # of the room: user messages carried verbatim
 ANCHOR_SHARE = 0.08  # of the room: the anchor index (plus what the carried messages leave)
+OPENING_SHARE = 0.25  # of the threshold, most a client's canned opening may keep verbatim
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +60,17 @@ class CutPlan:
         return self.tail_start <= self.head_end
 
 
-def head_end(messages: Sequence[Message], protect_first_n: int, decayed: bool) -> int:
-    """System/developer messages, plus the first turns while no compression happened yet.
+def head_end(
+    messages: Sequence[Message], protect_first_n: int, decayed: bool, fixed: int = 0
+) -> int:
+    """System/developer messages and the client's canned opening (up to `fixed`), plus the
+    first turns while no compression happened yet.
 
     After the first compression the early turns live in the summary; keeping them verbatim
     too would copy them into every later view forever.
     """
-    end = 0
-    while end < len(messages) and messages[end].get("role") in ("system", "developer"):
-        end += 1
+    end = system_end(messages)
+    end = max(end, min(fixed, len(messages)))
     if not decayed:
         end = min(end + protect_first_n, len(messages))
     return group_end(messages, end)

@@ -5,6 +5,10 @@
     arguments    tool-call arguments over 500 chars: long string leaves shortened, still JSON
     images       image parts outside the newest few image-bearing messages: a placeholder
 
+and, when nothing else is left to compress, `clip_outputs`: every long tool output shortened
+in proportion to its size (its head and tail kept), or to its one-liner when too little of it
+could stay.
+
 Every pass is pure: it returns a new list and reuses each untouched message object.
 """
 
@@ -15,7 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compression.content import content_text, image_count, with_text, without_images
+from compression.content import (
+    clip_middle,
+    content_text,
+    image_count,
+    with_text,
+    without_images,
+)
 from compression.oneliners import describe_result
 from compression.options import CompressorOptions
 from compression.toolpairs import ToolPairing, call_parts, pair_tool_calls, tool_calls_of
@@ -24,6 +34,7 @@ from compression.types import Message, ToolCall
 DUPLICATE_NOTE = "[Duplicate tool output — same content as a later result]"
 IMAGE_NOTE = "[image removed to save context]"
 ARGUMENT_LEAF_CHARS = 200
+CLIP_MIN_TOKENS = 64  # an output clipped shorter than this says less than its one-liner
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,40 @@ def _prune_one(
     if role == "assistant" and tool_calls_of(message):
         return shrink_call_arguments(message, options.tool_args_max_chars)
     return message
+
+
+def clip_outputs(
+    messages: Sequence[Message],
+    tokens: Sequence[int],
+    excess: int,
+    options: CompressorOptions,
+    pairing: ToolPairing,
+) -> PruneResult:
+    """Tool outputs shortened, each in proportion to its size, to remove `excess` tokens.
+
+    Calls and results stay paired: only a result's content changes.
+    """
+    candidates = [
+        index
+        for index, message in enumerate(messages)
+        if message.get("role") == "tool" and len(content_text(message)) > options.prune_min_chars
+    ]
+    total = sum(tokens[index] for index in candidates)
+    out = list(messages)
+    pruned: set[int] = set()
+    if excess <= 0 or total <= 0:
+        return PruneResult(out, frozenset())
+    share = max(0.0, 1.0 - excess / total)
+    for index in candidates:
+        text = content_text(messages[index])
+        if tokens[index] * share < CLIP_MIN_TOKENS:
+            shorter = one_liner(messages, index, pairing)
+        else:
+            shorter = clip_middle(text, int(len(text) * share))
+        if len(shorter) < len(text):
+            out[index] = with_text(messages[index], shorter)
+            pruned.add(index)
+    return PruneResult(out, frozenset(pruned))
 
 
 def duplicate_indices(messages: Sequence[Message], min_chars: int) -> frozenset[int]:

@@ -3,11 +3,12 @@
     GET    /admin/sessions?limit=&offset=&order=last_activity|tokens&scope=
     GET    /admin/sessions/{scope}/{key}            session, limits, events, checkpoints, usage
     GET    /admin/sessions/{scope}/{key}/archive    the originals compressions replaced
+    GET    /admin/sessions/{scope}/{key}/audit      replaced positions against archived ones
     POST   /admin/sessions/{scope}/{key}/compress   {"focus": "..."} optional
     DELETE /admin/sessions/{scope}/{key}            with its checkpoints, archive and events
 
 Session ids come from clients (`X-Session-Id`) and may contain "/", so `key` is a path
-parameter; the `/archive` and `/compress` routes are declared first and win for keys that
+parameter; the `/archive`, `/audit` and `/compress` routes are declared first and win for keys that
 end that way.
 """
 
@@ -29,8 +30,10 @@ from compression.state import EngineState
 from proxy.compaction import manual_answer
 from proxy.dashboard import router as dashboard_router
 from proxy.errors import NotFound, invalid_request
+from proxy.provenance import replaced_positions
 from storage import (
     PROMPT_TOKENS_PENDING,
+    ArchiveFacts,
     SessionDetail,
     SessionKey,
     SessionRecord,
@@ -180,6 +183,40 @@ async def session_archive(scope: str, key: str, request: Request) -> Response:
             "data": [dataclasses.asdict(a) for a in archived],
         }
     )
+
+
+@api.get("/sessions/{scope}/{key:path}/audit", summary="Is every replaced original archived?")
+async def session_audit(scope: str, key: str, request: Request) -> Response:
+    services = _services(request)
+    sk = SessionKey(scope, key)
+    facts = await services.store.archive_facts(sk)
+    if facts is None:
+        raise unknown(sk)
+    return json_response({"scope": scope, "key": key, **audit_json(facts)})
+
+
+def audit_json(facts: ArchiveFacts) -> dict[str, Any]:
+    """The client positions the newest checkpoint replaces, and which of them are archived.
+
+    `missing` is what a compression removed that no archive row holds; it is null when the
+    checkpoint predates recorded sources (its kept positions are unknown).
+    """
+    archived = set(facts.archived)
+    if facts.sources is None:
+        replaced = None
+        missing = None
+    else:
+        replaced = replaced_positions(facts.prefix_len, facts.sources)
+        missing = [p for p in replaced if p not in archived]
+    return {
+        "object": "archive_audit",
+        "checkpoint_id": facts.checkpoint_id,
+        "prefix_len": facts.prefix_len,
+        "replaced": replaced,
+        "archived": list(facts.archived),
+        "missing": missing,
+        "complete": None if missing is None else not missing,
+    }
 
 
 @api.post("/sessions/{scope}/{key:path}/compress", summary="Compress a session now")

@@ -28,6 +28,7 @@ from compression.engine import (
     Trigger,
 )
 from compression.types import Message
+from proxy.provenance import Replacement, Sources, aligned_sources, replacement, view_sources
 from proxy.turn import CompressionNote, Turn, reservation
 from storage import (
     CompressionCommit,
@@ -135,7 +136,12 @@ class Compactor:
         # Storage keeps plain JSON objects; they are the same wire dicts the client sent.
         replacement = cast(list[Message], checkpoint.messages)
         view = replacement + turn.messages[checkpoint.prefix_len :]
-        return turn.with_view(view, prefix_len=checkpoint.prefix_len, checkpoint_id=checkpoint.id)
+        return turn.with_view(
+            view,
+            prefix_len=checkpoint.prefix_len,
+            checkpoint_id=checkpoint.id,
+            sources=checkpoint.sources,
+        )
 
     async def compress(
         self,
@@ -185,12 +191,16 @@ class Compactor:
                 await self._record_miss(turn, trigger, result, duration_ms)
                 missed = replace(turn, state=result.state)
                 return Applied(False, result.outcome, result.error, missed)
-            key, checkpoint_id = await self._commit(turn, trigger, result, duration_ms)
+            replaced = replacement(turn.view, result.messages, _origins(turn))
+            key, checkpoint_id = await self._commit(turn, trigger, result, replaced, duration_ms)
             note = CompressionNote(
                 trigger, result.outcome, result.tokens_before, result.tokens_after, checkpoint_id
             )
             done = turn.with_view(
-                result.messages, prefix_len=len(turn.messages), checkpoint_id=checkpoint_id
+                result.messages,
+                prefix_len=len(turn.messages),
+                checkpoint_id=checkpoint_id,
+                sources=replaced.sources,
             )
             done = replace(
                 done,
@@ -201,16 +211,13 @@ class Compactor:
             )
             return Applied(True, result.outcome, result.error, done)
 
-    def _archived(self, turn: Turn, result: CompressionResult) -> list[tuple[int, Message]]:
-        """Client messages (by position) that the new view no longer holds verbatim."""
-        out = []
-        for index in range(turn.replacement_len, min(result.replaced_upto, len(turn.view))):
-            position = turn.prefix_len + (index - turn.replacement_len)
-            out.append((position, turn.messages[position]))
-        return out
-
     async def _commit(
-        self, turn: Turn, trigger: str, result: CompressionResult, duration_ms: float
+        self,
+        turn: Turn,
+        trigger: str,
+        result: CompressionResult,
+        replaced: Replacement,
+        duration_ms: float,
     ) -> tuple[SessionKey, int | None]:
         """Store the compression; the session key it lives under now, and its checkpoint id."""
         assert turn.digests is not None
@@ -234,10 +241,11 @@ class Compactor:
             summary=result.summary,
             tokens_before=result.tokens_before,
             tokens_after=result.tokens_after,
-            archived=[(pos, cast(dict[str, Any], m)) for pos, m in self._archived(turn, result)],
+            archived=[(p, cast(dict[str, Any], turn.messages[p])) for p in replaced.archived],
             event=event,
             engine_state=result.state.to_json(),
             rotate_to=None if self.in_place else f"{turn.key.key}~{uuid.uuid4().hex[:8]}",
+            sources=replaced.sources,
         )
         try:
             checkpoint = await self.store.commit_compression(commit)
@@ -267,6 +275,15 @@ class Compactor:
             await self.store.save_engine_state(turn.key, result.state.to_json())
         except StorageError as exc:
             log.warning("could not record a compression attempt: %s", exc)
+
+
+def _origins(turn: Turn) -> Sources:
+    """The client position each message of the turn's view holds verbatim."""
+    sources = turn.sources
+    if sources is None:  # a checkpoint stored before checkpoints recorded their sources
+        replaced = turn.view[: turn.replacement_len]
+        sources = aligned_sources(replaced, turn.messages[: turn.prefix_len])
+    return view_sources(sources, turn.replacement_len, turn.prefix_len, len(turn.view))
 
 
 def _plain(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -17,6 +17,8 @@ from urllib.parse import quote
 
 import orjson
 
+from compression.content import content_text
+from compression.preamble import preamble_end, system_end
 from compression.types import Message
 from proxy.errors import BadRequest
 
@@ -32,6 +34,7 @@ SESSION_HEADERS = (
     "thread_id",
 )
 _MAX_ID = 200
+_MIN_COPIED = 80  # shorter common endings are the user's own words
 # C0 controls (TAB, CR, LF, NUL…), DEL and C1 controls: never part of a real id, and a
 # header cannot carry most of them.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -100,9 +103,10 @@ def canonical_session_id(value: str, source: str = "session id") -> str:
 
 
 def derived_session_id(messages: Sequence[Message]) -> str:
-    """Hash of the system/developer messages and the first user message."""
+    """Hash of the system/developer messages and the first user message (after a client's
+    canned opening: see `conversation_opening`)."""
     opening: list[Any] = []
-    for message in messages:
+    for message in conversation_opening(messages):
         role = message.get("role")
         if role in ("system", "developer"):
             opening.append([role, message.get("content")])
@@ -112,3 +116,28 @@ def derived_session_id(messages: Sequence[Message]) -> str:
         break
     digest = hashlib.sha256(orjson.dumps(opening, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return "auto-" + digest[:24]
+
+
+def conversation_opening(messages: Sequence[Message]) -> Sequence[Message]:
+    """The messages a derived id is made of: the system messages, then the first user message
+    after a client's canned opening when there is one (aider's few-shot examples are the same
+    in every conversation, so the first user message would be too), less a suffix the client
+    copied from its system prompt (aider appends its format reminder to the newest message
+    only: the request would read differently on the next turn)."""
+    start, end = system_end(messages), preamble_end(messages)
+    if end == start or end >= len(messages) or messages[end].get("role") != "user":
+        return messages
+    system = "\n".join(content_text(message) for message in messages[:start])
+    text = _without_copied_suffix(content_text(messages[end]), system)
+    return [*messages[:start], {"role": "user", "content": text}]
+
+
+def _without_copied_suffix(text: str, system: str) -> str:
+    """`text` less a trailing paragraph run found verbatim in `system` (short ones stay)."""
+    cut = text.find("\n\n", max(0, len(text) - len(system) - 2))
+    while cut >= 0:
+        rest = text[cut + 2 :].strip()
+        if len(rest) >= _MIN_COPIED and rest in system:
+            return text[:cut]
+        cut = text.find("\n\n", cut + 2)
+    return text

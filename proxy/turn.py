@@ -44,6 +44,9 @@ class Turn:
     view: list[Message]
     prefix_len: int = 0  # client messages covered by the checkpoint in use
     replacement_len: int = 0  # leading view messages that came from that checkpoint
+    # For each of those, the client position it holds verbatim (None: written by ctxgate);
+    # None when the checkpoint was stored before checkpoints recorded it.
+    sources: tuple[int | None, ...] | None = ()
     checkpoint_id: int | None = None
     max_tokens: int | None = None
     estimate: int | None = None  # ctxgate's token figure for the view, when computed
@@ -67,14 +70,23 @@ class Turn:
             return self
         return replace(self, digests=tuple(chained_digests(self.messages)))
 
-    def with_view(self, view: list[Message], *, prefix_len: int, checkpoint_id: int | None) -> Turn:
-        """The turn forwarding `view`: a checkpoint's replacement plus the client messages
-        after its first `prefix_len`, or a compression's result."""
+    def with_view(
+        self,
+        view: list[Message],
+        *,
+        prefix_len: int,
+        checkpoint_id: int | None,
+        sources: tuple[int | None, ...] | None = (),
+    ) -> Turn:
+        """The turn forwarding `view`: a checkpoint's replacement (whose messages hold the
+        client positions `sources` verbatim) plus the client messages after its first
+        `prefix_len`, or a compression's result."""
         return replace(
             self,
             view=view,
             prefix_len=prefix_len,
             replacement_len=len(view) - (len(self.messages) - prefix_len),
+            sources=sources,
             checkpoint_id=checkpoint_id,
             estimate=None,
         )

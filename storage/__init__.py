@@ -9,6 +9,7 @@ from storage.records import (
     PROMPT_TOKENS_PENDING,
     UNSET,
     ArchivedMessage,
+    ArchiveFacts,
     Checkpoint,
     CheckpointInfo,
     CompressionCommit,
@@ -29,6 +30,7 @@ from storage.store import SessionStore
 __all__ = [
     "PROMPT_TOKENS_PENDING",
     "UNSET",
+    "ArchiveFacts",
     "ArchivedMessage",
     "Checkpoint",
     "CheckpointInfo",

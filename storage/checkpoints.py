@@ -14,6 +14,7 @@ from storage.db import upsert
 from storage.records import (
     PROMPT_TOKENS_PENDING,
     ArchivedMessage,
+    ArchiveFacts,
     Checkpoint,
     CheckpointInfo,
     CompressionCommit,
@@ -92,7 +93,12 @@ def _checkpoint(row: Row[Any], sk: SessionKey) -> Checkpoint:
         tokens_after=row.tokens_after,
         summary=row.summary,
         created_at=row.created_at,
+        sources=_sources(row.sources),
     )
+
+
+def _sources(text: str | None) -> tuple[int | None, ...] | None:
+    return None if text is None else tuple(codec.loads(text))
 
 
 async def commit(conn: AsyncConnection, c: CompressionCommit, now: float) -> Checkpoint:
@@ -113,6 +119,7 @@ async def commit(conn: AsyncConnection, c: CompressionCommit, now: float) -> Che
         "tokens_after": c.tokens_after,
         "summary": c.summary,
         "created_at": now,
+        "sources": None if c.sources is None else codec.dumps(list(c.sources)),
     }
     inserted = await conn.execute(checkpoints.insert().values(values).returning(checkpoints.c.id))
     checkpoint_id = int(inserted.scalar_one())
@@ -140,6 +147,7 @@ async def commit(conn: AsyncConnection, c: CompressionCommit, now: float) -> Che
         tokens_after=c.tokens_after,
         summary=c.summary,
         created_at=now,
+        sources=None if c.sources is None else tuple(c.sources),
     )
 
 
@@ -181,6 +189,27 @@ async def archived(conn: AsyncConnection, session_id: int) -> list[ArchivedMessa
         ArchivedMessage(r.position, codec.loads(r.message), r.checkpoint_id, r.archived_at)
         for r in await conn.execute(stmt)
     ]
+
+
+async def facts(conn: AsyncConnection, session_ids: Sequence[int]) -> ArchiveFacts:
+    """The newest checkpoint of `session_ids[0]` and the positions archived for all of them."""
+    c = checkpoints.c
+    newest = (
+        await conn.execute(
+            select(c.id, c.prefix_len, c.sources)
+            .where(c.session_id == session_ids[0])
+            .order_by(desc(c.id))
+            .limit(1)
+        )
+    ).first()
+    a = archived_messages.c
+    positions = await conn.execute(
+        select(a.position).where(a.session_id.in_(list(session_ids))).distinct()
+    )
+    archived = tuple(sorted(int(p) for p in positions.scalars()))
+    if newest is None:
+        return ArchiveFacts(None, 0, (), archived)
+    return ArchiveFacts(newest.id, newest.prefix_len, _sources(newest.sources), archived)
 
 
 async def archived_count(conn: AsyncConnection, session_id: int) -> int:

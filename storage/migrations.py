@@ -63,3 +63,9 @@ async def ensure_schema(
         )
         applied.append(step.version)
     return applied
+
+
+@migration
+def checkpoint_sources(conn: Connection) -> None:
+    """Checkpoints say which client position each replacement message holds verbatim."""
+    conn.execute(text("ALTER TABLE checkpoints ADD COLUMN sources TEXT"))

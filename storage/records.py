@@ -140,6 +140,9 @@ class Checkpoint:
     tokens_after: int
     summary: str | None
     created_at: float
+    # For each message, the client position it holds verbatim (None: written by ctxgate);
+    # None for checkpoints stored before sources were recorded.
+    sources: tuple[int | None, ...] | None = None
 
     @property
     def sk(self) -> SessionKey:
@@ -164,7 +167,9 @@ class CheckpointInfo:
 class CompressionCommit:
     """Everything one compression writes, in one transaction.
 
-    archived: (position in the client's list, original message) pairs the checkpoint replaces.
+    archived: (position in the client's list, original message) pairs the checkpoint replaces
+    that no earlier checkpoint of the chain did.
+    sources: for each message, the client position it holds verbatim (None: ctxgate's own).
     rotate_to: when set, a child session with this key is created and linked to `sk`; the
     checkpoint, archive, event and engine state then belong to the child.
     event.sk and event.checkpoint_id are ignored: the commit fills them in.
@@ -182,6 +187,7 @@ class CompressionCommit:
     event: EventRecord
     engine_state: JSONObject
     rotate_to: str | None = None
+    sources: Sequence[int | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +196,17 @@ class ArchivedMessage:
     message: Message
     checkpoint_id: int | None
     archived_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveFacts:
+    """What the database holds to audit a session's archive: its newest checkpoint (by id)
+    and the positions archived for it and the sessions it was rotated from."""
+
+    checkpoint_id: int | None
+    prefix_len: int
+    sources: tuple[int | None, ...] | None  # None: the checkpoint predates recorded sources
+    archived: tuple[int, ...]  # distinct positions, ascending
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from storage.db import Database
 from storage.records import (
     UNSET,
     ArchivedMessage,
+    ArchiveFacts,
     Checkpoint,
     CompressionCommit,
     EventRecord,
@@ -221,6 +222,15 @@ class SessionStore:
             return [] if session_id is None else await checkpoints.archived(conn, session_id)
 
         return await self._db.read(archived)
+
+    async def archive_facts(self, sk: SessionKey) -> ArchiveFacts | None:
+        """The session's newest checkpoint and archived positions (None: no such session)."""
+
+        async def facts(conn: AsyncConnection) -> ArchiveFacts | None:
+            ids = await sessions.lineage(conn, sk)
+            return None if not ids else await checkpoints.facts(conn, ids)
+
+        return await self._db.read(facts, snapshot=True)
 
     async def delete_session(self, sk: SessionKey) -> bool:
         """Delete the session with its checkpoints, archive, events, usage and lease."""

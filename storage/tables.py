@@ -74,6 +74,8 @@ checkpoints = Table(
     Column("tokens_after", BigInteger, nullable=False),
     Column("summary", Text),
     Column("created_at", Double, nullable=False),
+    # JSON: for each replacement message, the client position it holds verbatim, or null.
+    Column("sources", Text),
     CheckConstraint("prefix_len >= 0", name="ck_checkpoints_prefix_len"),
     # find_checkpoint: candidate digests first, then a walk down by length (checkpoints.find).
     Index("ix_checkpoints_session_digest", "session_id", "prefix_digest"),

@@ -317,3 +317,38 @@ async def test_a_view_breaking_an_invariant_is_never_committed() -> None:
     assert out.outcome == "aborted" and out.failure_class == "invariant"
     assert out.messages == messages
     assert "system message is not first" in (out.error or "")
+
+
+def heavy_opening(output_chars: int = 60_000) -> list[Message]:
+    """[system, user, a call with a huge result, another call with a small one]."""
+    lines = (f"worker {n} handled request {n * 31 % 997} in {n % 89} ms\n" for n in range(2000))
+    log = "".join(lines)
+    return [
+        system(),
+        user("Find why the worker pool stalls."),
+        *tool_round("c1", log[:output_chars], name="read_file", path="logs/worker.log"),
+        *tool_round("c2", "0\nexit code: 0", command="grep -c 503 logs/worker.log"),
+    ]
+
+
+async def test_a_forced_pass_over_only_the_opening_clips_its_tool_outputs() -> None:
+    messages = heavy_opening()
+    unforced = await compress(messages, trigger="hygiene")
+    assert unforced.outcome == "noop"
+    forced = await compress(messages, force=True, trigger="overflow")
+    assert forced.outcome == "compressed", forced.error
+    check_invariants(forced.messages)
+    assert forced.tokens_after < ENGINE.limits(8_000, 1_000).threshold < forced.tokens_before
+    assert [m["role"] for m in forced.messages] == [m["role"] for m in messages]
+    assert forced.messages[:3] == messages[:3]  # system, request and call untouched
+    clipped = text_of(forced.messages[3])
+    assert "chars omitted" in clipped and clipped.startswith("worker 0 handled")
+    assert forced.messages[4:] == messages[4:]  # short outputs are left alone
+    assert forced.summary is None and forced.state.compression_count == 1
+
+
+async def test_a_forced_pass_clips_nothing_when_nothing_is_over() -> None:
+    messages = heavy_opening(output_chars=3_000)
+    out = await compress(messages, force=True, trigger="manual")
+    assert out.outcome == "noop"
+    assert out.messages == messages

@@ -67,6 +67,7 @@ def commit(
     archived: Sequence[tuple[int, dict[str, Any]]] = (),
     state: dict[str, Any] | None = None,
     rotate_to: str | None = None,
+    sources: Sequence[int | None] | None = None,
     **event_overrides: Any,
 ) -> CompressionCommit:
     return CompressionCommit(
@@ -82,6 +83,7 @@ def commit(
         event=event(sk, **event_overrides),
         engine_state=state or {"pass": prefix_len},
         rotate_to=rotate_to,
+        sources=sources,
     )
 
 

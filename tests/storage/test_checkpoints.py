@@ -166,6 +166,37 @@ async def test_rotation_creates_a_linked_child(store: SessionStore) -> None:
     assert len(await store.archived_messages(child_key)) == 8
 
 
+async def test_archive_facts_follow_the_newest_checkpoint_and_the_rotation_chain(
+    store: SessionStore,
+) -> None:
+    assert await store.archive_facts(SK) is None
+    messages = history(12)
+    replacement = [messages[0], {"role": "user", "content": "summary"}, *messages[4:6]]
+    first = commit(SK, DIGESTS, 6, replacement=replacement, sources=[0, None, 4, 5])
+    await store.commit_compression(
+        dataclasses.replace(first, archived=[(p, messages[p]) for p in (1, 2, 3)])
+    )
+    facts = await store.archive_facts(SK)
+    assert facts is not None and facts.sources == (0, None, 4, 5)
+    assert (facts.prefix_len, facts.archived) == (6, (1, 2, 3))
+    found = await store.find_checkpoint(SK, DIGESTS)
+    assert found is not None and found.sources == (0, None, 4, 5)
+    # The next one, rotated: it archives what the first kept (4, 5) and what came after.
+    second = commit(SK, DIGESTS, 10, sources=[0, None, 9], rotate_to="s1-next")
+    archived = [(p, messages[p]) for p in (4, 5, 6, 7, 8, 8)]  # one twice: stored once
+    cp = await store.commit_compression(dataclasses.replace(second, archived=archived))
+    facts = await store.archive_facts(SessionKey(SK.scope, "s1-next"))
+    assert facts is not None and facts.checkpoint_id == cp.id
+    assert (facts.prefix_len, facts.sources, facts.archived) == (
+        10,
+        (0, None, 9),
+        (1, 2, 3, 4, 5, 6, 7, 8),
+    )
+    legacy = await store.commit_compression(commit(SessionKey(SK.scope, "old"), DIGESTS, 4))
+    facts = await store.archive_facts(SessionKey(SK.scope, "old"))
+    assert facts is not None and facts.checkpoint_id == legacy.id and facts.sources is None
+
+
 async def test_rotation_to_a_taken_key_writes_nothing(store: SessionStore) -> None:
     taken = SessionKey(SK.scope, "taken")
     await store.save_engine_state(taken, {})

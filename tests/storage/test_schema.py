@@ -74,14 +74,41 @@ async def test_failed_migration_leaves_nothing_behind(sqlite_url: str) -> None:
     await (await SessionStore.open(sqlite_url)).close()
     db = Database.connect(sqlite_url)
     try:
-        steps = [*MIGRATIONS, Migration(2, "broken", _broken)]
+        steps = [*MIGRATIONS, Migration(len(MIGRATIONS) + 1, "broken", _broken)]
         with pytest.raises(RuntimeError):
             await db.write(lambda conn: ensure_schema(conn, 1.0, steps))
         result = await db.read(lambda conn: conn.execute(text("SELECT name FROM sqlite_master")))
         assert "half_done" not in set(result.scalars())
     finally:
         await db.dispose()
-    assert await _versions(sqlite_url) == [1]
+    assert await _versions(sqlite_url) == [m.version for m in MIGRATIONS]
+
+
+async def test_checkpoints_of_a_database_older_than_sources_gain_the_column(
+    sqlite_url: str,
+) -> None:
+    """A database made before checkpoints recorded their sources: its rows read as unknown."""
+    await (await SessionStore.open(sqlite_url)).close()
+    db = Database.connect(sqlite_url)
+    try:
+
+        async def make_it_old(conn: AsyncConnection) -> None:
+            await conn.execute(text("ALTER TABLE checkpoints DROP COLUMN sources"))
+            await conn.execute(text("DELETE FROM schema_version WHERE name = 'checkpoint_sources'"))
+
+        await db.write(make_it_old)
+    finally:
+        await db.dispose()
+    store = await SessionStore.open(sqlite_url)
+    try:
+        found = await store.archive_facts(SessionKey("s", "missing"))
+    finally:
+        await store.close()
+    assert found is None
+    assert await _versions(sqlite_url) == [m.version for m in MIGRATIONS]
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite+aiosqlite:///")) as plain:
+        columns = [row[1] for row in plain.execute("PRAGMA table_info(checkpoints)")]
+    assert "sources" in columns
 
 
 async def test_sqlite_connection_settings(sqlite_url: str) -> None:
