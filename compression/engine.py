@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from compression.state import EngineState
+from compression.thresholds import Limits
 from compression.types import Message, ToolSchema
 
 Outcome = Literal[
@@ -126,6 +127,11 @@ class ContextEngine(Protocol):
     async def compress(
         self, messages: Sequence[Message], ctx: CompressionContext
     ) -> CompressionResult: ...
+
+    def limits(self, context_length: int, max_output_tokens: int | None) -> Limits:
+        """When the caller should call `compress`: the thresholds for this window. (An engine
+        loaded by import string without it gets the built-in figures from the config.)"""
+        ...
 
 
 __all__ = [
