@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import orjson
-
 from compression.types import Message, ToolSchema
+from proxy.doors.bodies import json_object, json_type, missing_or_type, required_model
 from proxy.errors import BadRequest
 from proxy.frontdoor import WireRequest
 
@@ -25,19 +24,12 @@ def client_wants_usage(body: dict[str, Any]) -> bool:
 
 def parse_chat_request(raw: bytes) -> WireRequest:
     """Parse and check `raw`, raising BadRequest with a message that says what is wrong."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"The request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest(_missing_or_type("model", model, "a non-empty string"), param="model")
+    body = json_object(raw)
+    model = required_model(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest(
-            _missing_or_type("messages", messages, "a non-empty array"), param="messages"
+            missing_or_type("messages", messages, "a non-empty array"), param="messages"
         )
     for index, message in enumerate(messages):
         _check_message(index, message)
@@ -45,10 +37,10 @@ def parse_chat_request(raw: bytes) -> WireRequest:
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
-        raise BadRequest(f"'stream' must be a boolean, got {_json_type(stream)}.", param="stream")
+        raise BadRequest(f"'stream' must be a boolean, got {json_type(stream)}.", param="stream")
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
-        raise BadRequest(f"'tools' must be an array, got {_json_type(tools)}.", param="tools")
+        raise BadRequest(f"'tools' must be an array, got {json_type(tools)}.", param="tools")
     return WireRequest(
         raw=raw,
         body=body,
@@ -83,7 +75,7 @@ def _check_message(index: int, message: Any) -> None:
     # type checks, and the error text is only built once something is wrong.
     if type(message) is not dict:
         raise BadRequest(
-            f"'messages[{index}]' must be an object, got {_json_type(message)}.",
+            f"'messages[{index}]' must be an object, got {json_type(message)}.",
             param=f"messages[{index}]",
         )
     role = message.get("role")
@@ -121,7 +113,7 @@ def _check_message_fully(where: str, message: dict[str, Any], role: Any, content
     if content is not None and not isinstance(content, (str, list)):
         raise BadRequest(
             f"'{where}.content' must be a string, an array of parts or null, "
-            f"got {_json_type(content)}.",
+            f"got {json_type(content)}.",
             param=f"{where}.content",
         )
     if isinstance(content, list) and not all(isinstance(part, dict) for part in content):
@@ -139,7 +131,7 @@ def _check_message_fully(where: str, message: dict[str, Any], role: Any, content
 def _check_tool_calls(where: str, tool_calls: Any) -> None:
     if not isinstance(tool_calls, list):
         raise BadRequest(
-            f"'{where}.tool_calls' must be an array, got {_json_type(tool_calls)}.",
+            f"'{where}.tool_calls' must be an array, got {json_type(tool_calls)}.",
             param=f"{where}.tool_calls",
         )
     for i, call in enumerate(tool_calls):
@@ -150,23 +142,3 @@ def _check_tool_calls(where: str, tool_calls: Any) -> None:
                 "'function' object.",
                 param=f"{where}.tool_calls[{i}]",
             )
-
-
-def _missing_or_type(name: str, value: Any, expected: str) -> str:
-    if value is None:
-        return f"Missing required parameter: '{name}'."
-    return f"'{name}' must be {expected}, got {_json_type(value)}."
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string" if value else "an empty string"
-    if isinstance(value, list):
-        return "an array" if value else "an empty array"
-    return "an object"

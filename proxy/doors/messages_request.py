@@ -13,6 +13,7 @@ from typing import Any, cast
 import orjson
 
 from compression.types import Message, ToolSchema
+from proxy.doors.bodies import json_object
 from proxy.doors.messages_blocks import WireMessage, to_chat
 from proxy.errors import BadRequest
 
@@ -35,12 +36,7 @@ class MessagesBody:
 
 def read_body(raw: bytes) -> MessagesBody:
     """The parts of a Messages body ctxgate uses; raises BadRequest on a malformed one."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"The request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
+    body = json_object(raw)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("model: Field required (a non-empty string).", param="model")

@@ -21,6 +21,7 @@ import orjson
 from compression.content import content_text
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
 from compression.types import Message, ToolSchema
+from proxy.doors.bodies import json_object, required_model
 from proxy.doors.responses_items import to_messages
 from proxy.doors.responses_render import to_items
 from proxy.doors.responses_stream import usage_of
@@ -36,15 +37,8 @@ COMPACTION_TRIGGER = "compaction_trigger: the provider compacts this history its
 
 def parse_request(raw: bytes) -> WireRequest:
     """Parse and check `raw`, raising BadRequest with a message that says what is wrong."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"The request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("The request body must be a JSON object.")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest(_missing_or_type("model", model, "a non-empty string"), param="model")
+    body = json_object(raw)
+    model = required_model(body)
     items = _input_items(body.get("input"))
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
@@ -194,9 +188,3 @@ def _finish_reason(data: dict[str, Any]) -> str | None:
             "length" if details.get("reason") == "max_output_tokens" else str(details.get("reason"))
         )
     return status if isinstance(status, str) else None
-
-
-def _missing_or_type(name: str, value: Any, expected: str) -> str:
-    if value is None:
-        return f"Missing required parameter: '{name}'."
-    return f"'{name}' must be {expected}."

@@ -1,0 +1,49 @@
+"""What every front door checks first in a request body, with the same words for the same
+mistakes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.errors import BadRequest
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or BadRequest saying why it is not one."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"The request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    return body
+
+
+def required_model(body: dict[str, Any]) -> str:
+    """The body's `model` (OpenAI's wording when it is missing or not a string)."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest(missing_or_type("model", model, "a non-empty string"), param="model")
+    return model
+
+
+def missing_or_type(name: str, value: Any, expected: str) -> str:
+    if value is None:
+        return f"Missing required parameter: '{name}'."
+    return f"'{name}' must be {expected}, got {json_type(value)}."
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string" if value else "an empty string"
+    if isinstance(value, list):
+        return "an array" if value else "an empty array"
+    return "an object"
