@@ -71,6 +71,15 @@ class RequestTimeout(ProxyError):
         return {"connection": "close"}
 
 
+def unknown_model(model: str) -> NotFound:
+    """The answer for a model no rule of the config matches."""
+    return NotFound(
+        f"The model '{model}' does not match any rule in ctxgate's config.",
+        param="model",
+        code="model_not_found",
+    )
+
+
 class PayloadTooLarge(ProxyError):
     status_code = 413
     type = "invalid_request_error"

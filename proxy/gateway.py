@@ -25,8 +25,8 @@ from starlette.responses import Response
 
 from proxy.auth import Authenticator
 from proxy.conversations import Conversations
-from proxy.errors import BadRequest, NotFound, UpstreamStatus
-from proxy.frontdoor import FrontDoor, WireRequest
+from proxy.errors import BadRequest, UpstreamStatus, unknown_model
+from proxy.frontdoor import FrontDoor
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
 from proxy.images import ImageLimit, image_limit, shrink_images
@@ -72,7 +72,7 @@ class Gateway:
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
         request = door.parse(raw)
-        rule = self._rule(door, request)
+        rule = served_rule(self.settings, request.model, door.api)
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)
         turn = await self.conversations.prepare(door, ident, request, rule, forward)
@@ -87,25 +87,6 @@ class Gateway:
         if request.stream:
             return await self._stream(turn)
         return await self._complete(turn)
-
-    def _rule(self, door: FrontDoor, request: WireRequest) -> ModelRule:
-        rule = self.settings.rule_for(request.model)
-        if rule is None:
-            raise NotFound(
-                f"The model '{request.model}' does not match any rule in ctxgate's config.",
-                param="model",
-                code="model_not_found",
-            )
-        served = self.settings.upstreams[rule.upstream].apis
-        if door.api not in served:
-            raise BadRequest(
-                f"The model '{request.model}' is served by the upstream '{rule.upstream}', "
-                f"whose `upstreams.{rule.upstream}.apis` ({', '.join(served)}) does not list "
-                f"'{door.api}'; add it there if the provider serves that API.",
-                param="model",
-                code="api_not_served",
-            )
-        return rule
 
     def _upstream_headers(self, turn: Turn) -> dict[str, str]:
         return upstream_request_headers(turn.client_headers.items(), turn.upstream.settings)
@@ -229,6 +210,23 @@ class Gateway:
                 if completed and relay.watch.failed is None:
                     self.conversations.after_response(turn, relay.watch.usage)
                 self.metrics.finished(200 if relay.watch.failed is None else 502)
+
+
+def served_rule(settings: Settings, model: str, api: str) -> ModelRule:
+    """The model's rule, when its upstream serves `api`; else the error that says why not."""
+    rule = settings.rule_for(model)
+    if rule is None:
+        raise unknown_model(model)
+    served = settings.upstreams[rule.upstream].apis
+    if api not in served:
+        raise BadRequest(
+            f"The model '{model}' is served by the upstream '{rule.upstream}', "
+            f"whose `upstreams.{rule.upstream}.apis` ({', '.join(served)}) does not list "
+            f"'{api}'; add it there if the provider serves that API.",
+            param="model",
+            code="api_not_served",
+        )
+    return rule
 
 
 def _with_images_shrunk(turn: Turn, error: UpstreamStatus, limit: ImageLimit) -> Turn:

@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive
 
-from proxy.errors import BadRequest, NotFound, RequestTimeout
+from proxy.errors import BadRequest, RequestTimeout, unknown_model
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.routes import header_dict, read_body, services_of
 from proxy.streaming import EventStreamResponse
@@ -68,11 +68,7 @@ def upstream_name(settings: Settings, model: str | None, from_path: bool) -> str
     if rule is not None:
         return rule.upstream
     if model is not None and not from_path:
-        raise NotFound(
-            f"The model '{model}' does not match any rule in ctxgate's config.",
-            param="model",
-            code="model_not_found",
-        )
+        raise unknown_model(model)
     return next(iter(settings.upstreams))
 
 

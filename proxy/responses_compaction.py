@@ -25,7 +25,7 @@ from starlette.responses import Response
 
 from proxy.doors.responses import ResponsesDoor
 from proxy.doors.responses_render import to_items
-from proxy.errors import BadRequest, NotFound
+from proxy.errors import BadRequest, unknown_model
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
 from proxy.settings import ModelRule
@@ -53,21 +53,12 @@ def compaction_body(output: list[Any], before: int, after: int, now: float) -> d
     }
 
 
-def rule_for(services: Services, model: str) -> ModelRule:
-    rule = services.settings.rule_for(model)
-    if rule is None:
-        raise NotFound(
-            f"The model '{model}' does not match any rule in ctxgate's config.",
-            param="model",
-            code="model_not_found",
-        )
-    return rule
-
-
 async def compact(services: Services, headers: Mapping[str, str], raw: bytes) -> Response:
     credential = services.auth.client_credential(headers)
     request = DOOR.parse(raw)
-    rule = rule_for(services, request.model)
+    rule = services.settings.rule_for(request.model)
+    if rule is None:
+        raise unknown_model(request.model)
     forward = services.auth.forwardable(headers)
     if request.passthrough:
         return await _forwarded(services, rule, forward, raw, request.passthrough)

@@ -18,8 +18,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from proxy.errors import BadRequest
+from proxy.gateway import served_rule
 from proxy.headers import client_response_headers, upstream_request_headers
-from proxy.responses_compaction import compact, rule_for
+from proxy.responses_compaction import compact
 from proxy.routes import header_dict, read_request_body, services_of
 from proxy.upstream import Upstream
 
@@ -43,14 +44,9 @@ async def responses_input_tokens(request: Request) -> Response:
     headers = header_dict(request.scope["headers"])
     raw = await read_request_body(services, headers, request.receive)
     model = _model_of(raw)
-    upstream = services.upstreams[rule_for(services, model).upstream] if model else None
-    if upstream is not None and _API not in upstream.settings.apis:
-        raise BadRequest(
-            f"The model '{model}' is served by the upstream '{upstream.settings.name}', whose "
-            f"`upstreams.{upstream.settings.name}.apis` does not list '{_API}'.",
-            param="model",
-            code="api_not_served",
-        )
+    upstream = None
+    if model:
+        upstream = services.upstreams[served_rule(services.settings, model, _API).upstream]
     candidates = [upstream] if upstream is not None else _serving(services.upstreams)
     return await _relay(candidates, request, headers, raw)
 

@@ -8,14 +8,14 @@ from collections.abc import Mapping
 import orjson
 from starlette.responses import Response
 
-from proxy.doors.messages import MessagesDoor
-from proxy.errors import BadRequest, NotFound, ProxyError, error_response
-from proxy.gateway import Gateway
+from proxy.doors import BY_API
+from proxy.errors import ProxyError, error_response
+from proxy.gateway import Gateway, served_rule
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
 
 UPSTREAM_PATH = "/messages/count_tokens"
-_DOOR = MessagesDoor()
+_DOOR = BY_API["messages"]
 
 
 async def count_tokens(gateway: Gateway, headers: Mapping[str, str], raw: bytes) -> Response:
@@ -29,12 +29,8 @@ async def count_tokens(gateway: Gateway, headers: Mapping[str, str], raw: bytes)
 async def _count(gateway: Gateway, headers: Mapping[str, str], raw: bytes) -> Response:
     credential = gateway.auth.client_credential(headers)
     request = _DOOR.parse(raw)
-    rule = gateway.settings.rule_for(request.model)
-    if rule is None:
-        raise NotFound(f"The model '{request.model}' does not match any rule in ctxgate's config.")
+    rule = served_rule(gateway.settings, request.model, _DOOR.api)
     upstream = gateway.conversations.upstreams[rule.upstream]
-    if _DOOR.api not in upstream.settings.apis:
-        raise BadRequest(f"The upstream '{rule.upstream}' does not serve the Messages API.")
     forward = gateway.auth.forwardable(headers)
     sent = upstream_request_headers(forward.items(), upstream.settings)
     answer = await upstream.call("POST", UPSTREAM_PATH, raw, sent)
