@@ -11,7 +11,8 @@ from typing import Any, cast
 import httpx
 import orjson
 
-CORPUS = Path("/work/shared/corpus")
+# The repository keeps its own copy of the public corpus (tests/data/corpus/README.md).
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "corpus"
 MODEL = "gpt-4o"
 API_KEY = "sk-bench"
 DONE = b"data: [DONE]"
