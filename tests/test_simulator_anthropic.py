@@ -5,8 +5,6 @@ overflow errors, tool pairing, signed thinking, count_tokens, and the scripted a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,72 +15,27 @@ import pytest
 from tests.simulator import (
     Disconnect,
     Hang,
-    ModelSpec,
     Reply,
     ScriptedAgent,
     Simulator,
     StreamError,
 )
 from tests.simulator.agent import CLAUDE_CODE_COMPACTION
-from tests.simulator.anthropic_rules import ThinkingSigner
+
+# Fixtures (tests/simulator/fixtures.py says why they are imported "as" themselves).
+from tests.simulator.anthropic_fixtures import (
+    BASH,
+    SYSTEM,
+    VERSION,
+    sse,
+    tool_result,
+    tool_use,
+    user,
+)
+from tests.simulator.anthropic_fixtures import client as client
+from tests.simulator.anthropic_fixtures import reset as reset
+from tests.simulator.anthropic_fixtures import sim as sim
 from tests.simulator.testing import long_text
-
-SAMPLES = Path(__file__).parent / "data" / "claude_code"
-
-SYSTEM = [
-    {
-        "type": "text",
-        "text": "You are a careful agent. " * 40,
-        "cache_control": {"type": "ephemeral"},
-    }
-]
-BASH = {
-    "name": "Bash",
-    "description": "Run a shell command",
-    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
-}
-VERSION = {"anthropic-version": "2023-06-01"}
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    models = {
-        "claude-small": ModelSpec(window=300),
-        "claude-bytes": ModelSpec(window=100_000, max_body_bytes=2_000),
-        "claude-event": ModelSpec(window=300, stream_errors="event"),
-    }
-    with Simulator(models=models, default=ModelSpec(window=200_000)) as s:
-        yield s
-
-
-@pytest.fixture(autouse=True)
-def reset(sim: Simulator) -> Iterator[None]:
-    sim.clear()
-    sim.responder = None
-    sim.required_api_key = None
-    sim.messages_api.count_tokens_enabled = True
-    sim.messages_api.require_version = True
-    yield
-
-
-@pytest.fixture(scope="module")
-def client(sim: Simulator) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=sim.url, api_key="sk-ant-one", max_retries=0) as c:
-        yield c
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def sse(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:
-    events = []
-    for block in response.text.split("\n\n"):
-        if block.strip():
-            name, data = block.split("\n", 1)
-            assert name.startswith("event: ") and data.startswith("data: "), block
-            events.append((name[7:], json.loads(data[6:])))
-    return events
 
 
 def test_create_answers_a_message_and_logs_the_request(
@@ -307,144 +260,6 @@ def test_a_stalled_stream_resumes_and_a_stalled_answer_follows(
     assert [r.outcome for r in sim.messages_requests] == ["reply", "reply"]
 
 
-def tool_use(call_id: str) -> dict[str, Any]:
-    return {"type": "tool_use", "id": call_id, "name": "Bash", "input": {"command": "ls"}}
-
-
-def tool_result(call_id: str) -> dict[str, Any]:
-    return {"type": "tool_result", "tool_use_id": call_id, "content": "a.txt"}
-
-
-@pytest.mark.parametrize(
-    ("messages", "expected"),
-    [
-        (
-            [
-                user("go"),
-                {"role": "assistant", "content": "ok"},
-                {"role": "user", "content": [tool_result("toolu_x")]},
-            ],
-            "messages.2.content.0: unexpected `tool_use_id` found in `tool_result` blocks: "
-            "toolu_x. Each `tool_result` block must have a corresponding `tool_use` block in the "
-            "previous message.",
-        ),
-        (
-            [user("go"), {"role": "assistant", "content": [tool_use("toolu_a")]}, user("next")],
-            "messages.1: `tool_use` ids were found without `tool_result` blocks immediately "
-            "after: toolu_a. Each `tool_use` block must have a corresponding `tool_result` block "
-            "in the next message.",
-        ),
-        (
-            [
-                user("go"),
-                {"role": "assistant", "content": [tool_use("toolu_a")]},
-                {
-                    "role": "user",
-                    "content": [{"type": "text", "text": "hi"}, tool_result("toolu_a")],
-                },
-            ],
-            "messages.2: Did not find 1 `tool_result` block(s) at the beginning of this message. "
-            "Messages following `tool_use` blocks must begin with a matching number of "
-            "`tool_result` blocks.",
-        ),
-    ],
-    ids=["orphan_result", "unanswered_call", "result_not_first"],
-)
-def test_tool_pairing_is_enforced(
-    sim: Simulator, client: anthropic.Anthropic, messages: list[Any], expected: str
-) -> None:
-    with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.create(model="claude-x", max_tokens=8, messages=messages)
-    assert caught.value.body["error"] == {"type": "invalid_request_error", "message": expected}  # type: ignore[index]
-    assert sim.messages_requests[0].problems == [expected]
-
-
-def test_a_paired_history_with_a_system_entry_between_is_accepted(
-    client: anthropic.Anthropic,
-) -> None:
-    messages = [
-        user("go"),
-        {"role": "assistant", "content": [tool_use("toolu_a")]},
-        {"role": "system", "content": "reminder"},
-        {"role": "user", "content": [tool_result("toolu_a")]},
-    ]
-    answer = client.messages.create(model="claude-x", max_tokens=8, messages=messages)  # type: ignore[arg-type]
-    assert answer.stop_reason == "end_turn"
-
-
-def test_thinking_is_signed_and_an_altered_block_is_refused(client: anthropic.Anthropic) -> None:
-    thinking = {"type": "enabled", "budget_tokens": 1024}
-    first = client.messages.create(
-        model="claude-x",
-        max_tokens=2048,
-        thinking=thinking,
-        messages=[user("think")],  # type: ignore[arg-type]
-    )
-    block = first.content[0].model_dump()
-    assert block["type"] == "thinking" and block["signature"]
-    history = [user("think"), {"role": "assistant", "content": [block]}, user("again")]
-    ok = client.messages.create(
-        model="claude-x",
-        max_tokens=2048,
-        thinking=thinking,
-        messages=history,  # type: ignore[arg-type]
-    )
-    assert ok.stop_reason == "end_turn"
-    altered = {**block, "thinking": block["thinking"] + " (edited)"}
-    history[1] = {"role": "assistant", "content": [altered]}
-    with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.create(
-            model="claude-x", max_tokens=2048, thinking=thinking, messages=history
-        )  # type: ignore[arg-type]
-    message = caught.value.body["error"]["message"]  # type: ignore[index]
-    assert message == "messages.1.content.0: Invalid `signature` in `thinking` block"
-
-
-def test_a_tool_loop_in_progress_must_keep_its_thinking(client: anthropic.Anthropic) -> None:
-    thinking = {"type": "enabled", "budget_tokens": 1024}
-    signed = client.messages.create(
-        model="claude-x",
-        max_tokens=2048,
-        thinking=thinking,
-        messages=[user("think")],  # type: ignore[arg-type]
-    )
-    block = signed.content[0].model_dump()
-    kept = [block, tool_use("toolu_a")]
-    history = [user("go"), {"role": "assistant", "content": kept}, user_results("toolu_a")]
-    client.messages.create(model="claude-x", max_tokens=2048, thinking=thinking, messages=history)  # type: ignore[arg-type]
-    history[1] = {"role": "assistant", "content": [tool_use("toolu_a")]}
-    with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.create(
-            model="claude-x", max_tokens=2048, thinking=thinking, messages=history
-        )  # type: ignore[arg-type]
-    message = caught.value.body["error"]["message"]  # type: ignore[index]
-    assert message.startswith(
-        "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
-        "`tool_use`. When `thinking` is enabled, a final `assistant` message must start with a "
-        "thinking block"
-    )
-    # Without thinking, or once the loop is closed by a text turn, nothing is required.
-    client.messages.create(model="claude-x", max_tokens=2048, messages=history)  # type: ignore[arg-type]
-    closed = [*history, {"role": "assistant", "content": "done"}, user("thanks")]
-    client.messages.create(model="claude-x", max_tokens=2048, thinking=thinking, messages=closed)  # type: ignore[arg-type]
-
-
-def user_results(*call_ids: str) -> dict[str, Any]:
-    return {"role": "user", "content": [tool_result(c) for c in call_ids]}
-
-
-def test_omitted_thinking_keeps_only_the_signature(client: anthropic.Anthropic) -> None:
-    thinking = {"type": "adaptive", "display": "omitted"}
-    answer = client.messages.create(
-        model="claude-x",
-        max_tokens=64,
-        thinking=thinking,
-        messages=[user("think")],  # type: ignore[arg-type]
-    )
-    block = answer.content[0].model_dump()
-    assert block["type"] == "thinking" and block["thinking"] == "" and block["signature"]
-
-
 def test_count_tokens_matches_the_billed_prompt(
     sim: Simulator, client: anthropic.Anthropic
 ) -> None:
@@ -485,22 +300,6 @@ def test_models_list_in_the_anthropic_shape(sim: Simulator, client: anthropic.An
         client.models.retrieve("claude-none")
     openai_shape = httpx.get(f"{sim.base_url}/models").json()  # no anthropic-version header
     assert openai_shape["object"] == "list"
-
-
-@pytest.mark.parametrize("name", ["sonnet-4-5-bash-turn4", "sonnet-5-5-bash-turn4"])
-def test_recorded_claude_code_requests_pass_every_rule(sim: Simulator, name: str) -> None:
-    sample = json.loads((SAMPLES / f"{name}.json").read_text())
-    headers = {k: v for k, v in sample["headers"].items() if k != "accept-encoding"}
-    sim.messages_api.signer = ThinkingSigner(b"ctxgate-sample-key")
-    try:
-        ok = httpx.post(sim.url + sample["path"], json=sample["body"], headers=headers)
-        sim.messages_api.signer = ThinkingSigner(b"another key")
-        refused = httpx.post(sim.url + sample["path"], json=sample["body"], headers=headers)
-    finally:
-        sim.messages_api.signer = ThinkingSigner()
-    assert ok.status_code == 200 and sim.messages_requests[0].problems == []
-    assert refused.status_code == 400
-    assert "Invalid `signature` in `thinking` block" in refused.json()["error"]["message"]
 
 
 def test_scripted_agent_runs_k_rounds_and_survives_a_shortened_history(
