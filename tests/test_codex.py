@@ -13,7 +13,6 @@ Needs the binary from scripts/install-codex.sh; skipped without it, unless CTXGA
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 from proxy.app import create_app
 from proxy.identity import scope_for
 from storage import SessionKey
-from tests.agents.codex import Codex, codex_binary
+from tests.agents.codex import Codex, required_codex
 from tests.servers import ThreadedServer, settings_for
 from tests.simulator import ModelSpec, Simulator
 from tests.simulator.responses_items import count_input_tokens, input_items
@@ -39,17 +38,6 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-
-
-def _binary() -> Path:
-    found = codex_binary()
-    if found is None:
-        if os.environ.get("CTXGATE_TEST_CODEX") == "1":
-            pytest.fail(
-                "CTXGATE_TEST_CODEX=1 but codex is not installed (scripts/install-codex.sh)"
-            )
-        pytest.skip("codex is not installed: run scripts/install-codex.sh")
-    return found
 
 
 class Recorder:
@@ -87,7 +75,7 @@ class Recorder:
 def test_codex_exec_through_ctxgate_at_a_16k_window(tmp_path: Path, configured: int) -> None:
     """With the window unknown to ctxgate, the provider's `response.failed` overflows (inside a
     200 stream, without figures) are what tell it; each is recovered before Codex sees a byte."""
-    binary = _binary()
+    binary = required_codex()
     spec = ModelSpec(window=WINDOW, stream_errors="event")
     with Simulator(models={MODEL: spec}) as sim:
         agent = ShellAgent(turns=TURNS, command=COMMAND)

@@ -7,31 +7,19 @@ Needs the binary from scripts/install-codex.sh; skipped without it, unless CTXGA
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.agents.codex import Codex, codex_binary
+from tests.agents.codex import Codex, required_codex
 from tests.simulator import ModelSpec, Simulator
 from tests.simulator.shell_agent import ShellAgent
 
 TURNS = 22
 
 
-def _binary() -> Path:
-    found = codex_binary()
-    if found is None:
-        if os.environ.get("CTXGATE_TEST_CODEX") == "1":
-            pytest.fail(
-                "CTXGATE_TEST_CODEX=1 but codex is not installed (scripts/install-codex.sh)"
-            )
-        pytest.skip("codex is not installed: run scripts/install-codex.sh")
-    return found
-
-
 def test_codex_exec_runs_tool_turns_against_the_simulator(tmp_path: Path) -> None:
-    binary = _binary()
+    binary = required_codex()
     with Simulator(default=ModelSpec(window=128_000)) as sim:
         sim.responder = ShellAgent(turns=TURNS)
         codex = Codex(sim.base_url, "sim-codex", tmp_path, binary=binary)
@@ -62,7 +50,7 @@ def test_codex_stops_at_the_simulators_overflow_in_either_form(
 ) -> None:
     """The overflow the simulator sends (a 400, or response.failed in a 200 stream) is one Codex
     recognises: it does not retry and exits 1 (what ctxgate must prevent)."""
-    binary = _binary()
+    binary = required_codex()
     with Simulator(default=ModelSpec(window=16_000, stream_errors=stream_errors)) as sim:
         sim.responder = ShellAgent(turns=40)
         codex = Codex(sim.base_url, "sim-codex", tmp_path, binary=binary)

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 INSTALLED = REPO / ".agents" / "codex" / "node_modules" / ".bin" / "codex"
 API_KEY_ENV = "CTXGATE_CODEX_API_KEY"
@@ -24,6 +26,19 @@ def codex_binary() -> Path | None:
         return INSTALLED
     found = shutil.which("codex")
     return Path(found) if found else None
+
+
+def required_codex() -> Path:
+    """The Codex binary for a test: skipped when it is not installed, failed when CI installed
+    it (CTXGATE_TEST_CODEX=1) and it is missing all the same."""
+    found = codex_binary()
+    if found is None:
+        if os.environ.get("CTXGATE_TEST_CODEX") == "1":
+            pytest.fail(
+                "CTXGATE_TEST_CODEX=1 but codex is not installed (scripts/install-codex.sh)"
+            )
+        pytest.skip("codex is not installed: run scripts/install-codex.sh")
+    return found
 
 
 @dataclass(frozen=True)
