@@ -113,3 +113,52 @@ class FrontDoor(Protocol):
 def without_original(message: Message) -> dict[str, Any]:
     """The message's chat fields, without the original items a door keeps in it."""
     return {k: v for k, v in message.items() if k != ORIGINAL}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model made to a tool ctxgate answers itself."""
+
+    id: str
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerCalls:
+    """A finished answer that calls ctxgate's own tool.
+
+    `message` is the answer's assistant turn as a chat-shaped message holding only those calls
+    (with the text and reasoning that came with them, kept under `ORIGINAL` in the door's wire
+    form so the next round sends them back exactly); the client's own tool calls are left out,
+    since nothing will answer them in this request.
+    """
+
+    message: Message
+    calls: tuple[ToolCall, ...]
+
+
+class AnswerStream(Protocol):
+    """Adds up one upstream stream's events into the non-streamed answer they stand for."""
+
+    # "recall": the answer's first output is a call to ctxgate's tool; "answer": it is anything
+    # else (text, a client tool call); None: nothing telling yet (lifecycle, reasoning).
+    decided: str | None
+
+    def feed(self, data: bytes) -> None:
+        """One event's data, in stream order."""
+        ...
+
+    def answer(self) -> bytes:
+        """The non-streamed answer (this API's shape) the events fed so far add up to."""
+        ...
+
+
+class CallFilter(Protocol):
+    """Hides calls to ctxgate's tool from a stream relayed to the client (indexes renumbered,
+    a finish reason that named only those calls made an ordinary stop)."""
+
+    def event(self, event: bytes) -> bytes | None:
+        """One complete SSE event (with its `event:` line and blank-line end) as the client
+        should get it, or None to drop it."""
+        ...
