@@ -1,6 +1,7 @@
 """Compression-quality evaluation of ctxgate on long sessions chained from the shared corpus.
 
-    .venv/bin/python bench/eval.py                 # full: 8K + 16K, 6 sessions each, 5 arms
+    .venv/bin/python bench/eval.py                 # full: 8K (6 sessions, 5 arms), 16K (3,
+                                                   # main + fail), 64K (2, main), 128K (1, main)
     .venv/bin/python bench/eval.py --quick         # 3 sessions at 8K, arms main + bg-off (~1-2 min)
     .venv/bin/python bench/eval.py --sessions 3 --window 16384 --arms main,fail --out /tmp/x
     CTXGATE_EVAL_LLAMA_URL=http://127.0.0.1:8080/v1 .venv/bin/python bench/eval.py --quick
@@ -10,13 +11,16 @@ Each session (tau-bench airline conversations chained; SWE-agent text-action and
 function-calling trajectories chained) is replayed turn by turn through a real ctxgate in front of
 the provider simulator with the official OpenAI SDK: the history is always the ORIGINAL one and
 only ctxgate's forwarded view differs. Compared with the full history and with JetBrains-style
-observation masking (last 10 tool outputs kept). Metrics: overflow errors at the client,
-structural validity of every forwarded request, billed prompt tokens (summary calls included),
-fit, retention of user messages (constraint-stating ones and the original request too) /
-artifacts / planted needles in the final forwarded view, prompt-cache prefix reuse,
-compressions by trigger, added latency with background compression on and off. Writes
-eval.json, eval.md and eval.png under --out (default bench/results/) and prints the Markdown
-tables.
+observation masking (last 10 tool outputs kept). After the last turn the client asks about every
+planted fact; the simulator's recall model answers from the view or through ctxgate's recall
+tool. Metrics: planted facts answered (and how many via recall), recoverable retention (in
+view verbatim, or named by a handle and held in ctxgate's archive, read over the admin API),
+overflow errors at the client, structural validity of every forwarded request, billed prompt
+tokens (summary calls included), fit, retention of user messages (constraint-stating ones and
+the original request too) / artifacts / planted needles in the final forwarded view,
+prompt-cache prefix reuse, compressions by trigger, added latency with background compression
+on and off. Writes eval.json, eval.md and eval.png under --out (default bench/results/) and
+prints the Markdown tables.
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ from bench.evaluation.runner import ARMS, QUICK_ARMS, EvalConfig, EvalResults, e
 DEFAULT_OUT = REPO / "bench" / "results"
 QUICK_WINDOW = 8192
 QUICK_SESSIONS = 3
+FULL_WINDOWS = (8192, 16384, 65536, 131072)
 
 
 def config_from(args: argparse.Namespace) -> EvalConfig:
     windows = (
-        tuple(args.window) if args.window else ((QUICK_WINDOW,) if args.quick else (8192, 16384))
+        tuple(args.window) if args.window else ((QUICK_WINDOW,) if args.quick else FULL_WINDOWS)
     )
     arms = tuple(args.arms.split(",")) if args.arms else (QUICK_ARMS if args.quick else tuple(ARMS))
     sessions = args.sessions if args.sessions is not None else (QUICK_SESSIONS if args.quick else 6)
@@ -72,10 +77,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="3 sessions at 8K, arms main + bg-off")
-    parser.add_argument("--sessions", type=int, help="sessions per window (default 6; quick 3)")
+    parser.add_argument(
+        "--sessions", type=int, help="sessions per window (default 6; quick 3; fewer from 16K)"
+    )
     parser.add_argument("--window", type=int, action="append", help="window in tokens (repeatable)")
     parser.add_argument("--arms", help=f"comma-separated arms from {','.join(ARMS)}")
-    parser.add_argument("--size", type=float, default=5.0, help="session length in windows (>= 5)")
+    parser.add_argument(
+        "--size", type=float, default=5.0, help="session length in windows (3 at most from 64K)"
+    )
     parser.add_argument(
         "--gap-ms", type=float, default=20.0, help="pause between turns (tool time)"
     )

@@ -23,7 +23,7 @@ TAU_TOOLS = "tools/tau_bench_airline_tools.json"
 SWE_TEXT_FILES = ("sweagent_text_trajs.jsonl", "minisweagent_test_trajs.jsonl")
 SWE_FC_FILE = "sweagent_fc_demos.jsonl"
 KINDS = ("tau", "swe-text", "swe-fc")
-MAX_PASSES = 6  # a small corpus may be cycled to reach the target size, but not forever
+MAX_PASSES = 6  # a small corpus is cycled to reach the target size (more passes when needed)
 
 
 class CorpusMissing(RuntimeError):
@@ -58,6 +58,8 @@ class Needle:
     actual_depth: float
     index: int  # message index in the session
     code: str
+    label: str = "access code"  # the fact reads "The {label} for {subject} is {code}."
+    subject: str = ""
 
 
 @dataclass
@@ -143,9 +145,16 @@ def load_tools(corpus: Path, kind: str) -> list[dict[str, Any]] | None:
     return tools
 
 
-def _rotation(items: Sequence[Transcript], start: int) -> Iterator[Transcript]:
-    for n in range(len(items) * MAX_PASSES):
+def _rotation(items: Sequence[Transcript], start: int, passes: int) -> Iterator[Transcript]:
+    for n in range(len(items) * passes):
         yield items[(start + n) % len(items)]
+
+
+def _passes(items: Sequence[Transcript], target_tokens: int) -> int:
+    """Enough passes over a small corpus to reach the target (a 128K window needs 16 passes
+    over the SWE-agent function-calling demos), but never an endless loop."""
+    once = sum(message_tokens(m) for t in items for m in t.messages[1:]) or 1
+    return max(MAX_PASSES, -(-target_tokens // once) + 1)
 
 
 def _fits(transcript: Transcript, max_message: int) -> bool:
@@ -202,7 +211,7 @@ def chain(
         raise ValueError(f"no transcript keeps every message under {max_message} tokens")
     builder = _Builder()
     taken = 0
-    for transcript in _rotation(usable, start):
+    for transcript in _rotation(usable, start, _passes(usable, target_tokens)):
         builder.add(transcript)
         taken += 1
         if builder.tokens >= target_tokens:

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from bench.evaluation.artifacts import extract, retained, view_text
 from bench.evaluation.baselines import ArmSeries, masked_view
 from bench.evaluation.corpus import Message, Session
+from bench.evaluation.needles import needle_key
+from bench.evaluation.recall import ProbeOutcome
+from bench.evaluation.recoverable import Recoverable, recoverable_of
 from bench.evaluation.replay import Replay
 from compression import CompressionInvariantError, check_invariants
 from compression.handoff import handoff_text, parse_handoff
@@ -51,6 +54,17 @@ class ArmResult:
     retention: Retention
     newest_user: Fraction  # turns forwarding the newest user message verbatim
     errors: list[str] = field(default_factory=list)
+    recoverable: Recoverable = field(default_factory=Recoverable)  # of the final view
+    probes: list[ProbeOutcome] = field(default_factory=list)  # planted-fact questions
+
+    @property
+    def facts(self) -> Fraction:
+        return sum(p.correct for p in self.probes), len(self.probes)
+
+    @property
+    def recall_answers(self) -> int:
+        """Correct answers the model gave after reading ctxgate's archive."""
+        return sum(1 for p in self.probes if p.correct and p.recall_calls)
 
 
 @dataclass
@@ -61,10 +75,6 @@ class BaselineResult:
     cached_prefix: int
     tokens_per_turn: list[int]
     retention: Retention | None = None
-
-
-def needle_key(place: str, depth: float) -> str:
-    return f"{place}@{round(depth * 100)}%"
 
 
 # The evaluation's own reading of "states a constraint", narrower than the compressor's.
@@ -190,6 +200,8 @@ def arm_result(arm: str, session: Session, replay: Replay) -> ArmResult:
         retention=retention_of(session, end, view),
         newest_user=newest_user_kept(session, replay),
         errors=[str(e) for e in errors[:3]],
+        recoverable=recoverable_of(session.messages[:end], view, replay.archive),
+        probes=replay.probes,
     )
 
 

@@ -24,7 +24,10 @@ from typing import Any
 import httpx
 import openai
 
-from bench.evaluation.corpus import Session
+from bench.evaluation.corpus import Message, Session
+from bench.evaluation.needles import needle_key
+from bench.evaluation.recall import ProbeOutcome, ask_probes
+from bench.evaluation.recoverable import fetch_archive
 from proxy.identity import scope_for
 from storage import SessionKey
 from tests.servers import ProxyServer, settings_for
@@ -39,9 +42,11 @@ from tests.simulator import (
     is_summary_request,
     requested_max_tokens,
 )
+from tests.simulator.recall_model import RecallModel
 
 MODEL = "gpt-4o"  # o200k_base on both sides: ctxgate's estimate and the simulator's count agree
 CLIENT_KEY = "sk-eval-client"
+ADMIN_KEY = "sk-eval-admin"
 SETTLE_S = 0.3  # quiet time after the last turn before background work counts as finished
 SETTLE_MAX_S = 15.0
 
@@ -78,6 +83,8 @@ class Replay:
     requests: list[Received]  # every chat request the simulator received (summaries included)
     events: list[tuple[str, str]]  # (trigger, outcome) of the compression events ctxgate stored
     seconds: float
+    archive: dict[int, Message] = field(default_factory=dict)  # admin API, after the last turn
+    probes: list[ProbeOutcome] = field(default_factory=list)
 
 
 class _Stopwatch:
@@ -137,8 +144,10 @@ def _responder(summarizer: str) -> Callable[[dict[str, Any]], Reply | Fail | Non
 
 
 def simulator_for(window: int, summarizer: str) -> Simulator:
+    """Ordinary turns and summaries as `_responder` says; planted-fact questions answered by
+    the recall model (from the view, else through ctxgate's recall tool)."""
     sim = Simulator(models={MODEL: ModelSpec(window=window)}, validate_messages=True)
-    sim.responder = _responder(summarizer)
+    sim.responder = RecallModel(other=_responder(summarizer))
     return sim
 
 
@@ -232,6 +241,7 @@ def replay(
     measure_direct: bool = True,
     gap_s: float = 0.0,
     progress: Progress | None = None,
+    probe: bool = True,
 ) -> Replay:
     """Send every request point of `session` through a fresh ctxgate; record what it did."""
     started = time.monotonic()
@@ -250,6 +260,7 @@ def replay(
             str(folder / "ctxgate.db"),
             models=models,
             compression={"background": background, "options": options or {}},
+            auth={"admin_key": ADMIN_KEY},
         )
         proxy = stack.enter_context(ProxyServer(settings))
         watch, direct_watch = _Stopwatch(), _Stopwatch()
@@ -271,9 +282,34 @@ def replay(
         _settle(sim)
         events = [(trigger, outcome) for trigger, outcome, _ in stored_events(proxy, session_id)]
         requests = [r for r in sim.received if r.is_chat]
+        root = proxy.base_url.removesuffix("/v1")
+        archive = fetch_archive(http, root, ADMIN_KEY, scope_for(CLIENT_KEY), session_id)
+        probes = _probe(driver, sim) if probe else []
     return Replay(
-        session.name, background, summarizer, turns, requests, events, time.monotonic() - started
+        session.name,
+        background,
+        summarizer,
+        turns,
+        requests,
+        events,
+        time.monotonic() - started,
+        archive,
+        probes,
     )
+
+
+def _probe(driver: _Driver, sim: Simulator) -> list[ProbeOutcome]:
+    """Ask about every planted fact after the session's end (transcripts are cut after their
+    last complete exchange, so every tool call there is answered)."""
+    session = driver.session
+    end = session.points()[-1]
+    history = list(session.messages)
+    needles = [(needle_key(n.place, n.depth), n) for n in session.needles if n.index < end]
+    base: dict[str, Any] = {"model": MODEL}
+    if session.tools:
+        base["tools"] = session.tools
+    headers = {"X-Session-Id": driver.session_id}
+    return ask_probes(driver.client, lambda: sim.received, history, needles, base, headers)
 
 
 def _run_turns(

@@ -15,7 +15,8 @@ from bench.evaluation.artifacts import KINDS as ARTIFACT_KINDS
 from bench.evaluation.metrics import ArmResult, Fraction, Retention
 from bench.evaluation.needles import DEPTHS, PLACES
 from bench.evaluation.plot import plot
-from bench.evaluation.runner import ARMS, EvalResults, SessionResult
+from bench.evaluation.recoverable import pooled as pooled_recoverable
+from bench.evaluation.runner import ARMS, LARGE_WINDOW, EvalConfig, EvalResults, SessionResult
 
 MAIN = "main"
 
@@ -224,6 +225,55 @@ def arms_table(results: EvalResults) -> list[str]:
     return _table(header, rows)
 
 
+def lossless_table(results: EvalResults) -> list[str]:
+    """Per arm and window: planted facts answered (the recall model may read ctxgate's archive),
+    recoverable retention of the final view, verbatim retention, tokens."""
+    header = [
+        "arm",
+        "window",
+        "sessions",
+        "facts answered",
+        "via recall",
+        "facts in view",
+        "recoverable retention (sessions at 100%)",
+        "verbatim retention",
+        "archived (all positions)",
+        "lost",
+        "billed / full",
+        "billed / masking",
+    ]
+    rows = []
+    for name in results.config.arms:
+        for window in results.config.windows:
+            sessions = [s for s in results.sessions if s.window == window and name in s.arms]
+            if not sessions:
+                continue
+            arms = [s.arms[name] for s in sessions]
+            probes = [p for a in arms for p in a.probes]
+            kept = pooled_recoverable(a.recoverable for a in arms)
+            complete = sum(
+                1 for a in arms if a.recoverable.recoverable[0] == a.recoverable.messages
+            )
+            billed = sum(a.billed for a in arms)
+            rows.append(
+                [
+                    name,
+                    f"{window // 1024}K",
+                    len(sessions),
+                    frac((sum(p.correct for p in probes), len(probes))),
+                    sum(a.recall_answers for a in arms),
+                    frac((sum(p.in_view for p in probes), len(probes))),
+                    f"{frac(kept.recoverable)} ({complete}/{len(arms)})",
+                    frac(kept.verbatim_share),
+                    frac(kept.with_archive),
+                    len(kept.lost),
+                    share(billed, sum(s.full.total for s in sessions)),
+                    share(billed, sum(s.masking.total for s in sessions)),
+                ]
+            )
+    return _table(header, rows)
+
+
 def artifact_kind_table(results: EvalResults) -> list[str]:
     rows = []
     for kind in ARTIFACT_KINDS:
@@ -279,6 +329,15 @@ def probe_lines(probes: dict[str, Any] | None) -> list[str]:
     return [*lines, "", probes.get("note", "")]
 
 
+def _plan_note(cfg: EvalConfig) -> str:
+    notes = [
+        f"{w // 1024}K: {cfg.sessions_at(w)} session(s), {', '.join(cfg.arms_at(w))}"
+        for w in cfg.windows
+        if w in cfg.plan
+    ]
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def markdown(results: EvalResults) -> str:
     cfg = results.config
     lines = [
@@ -286,7 +345,9 @@ def markdown(results: EvalResults) -> str:
         "",
         f"Windows {', '.join(f'{w:,}' for w in cfg.windows)} tokens; "
         f"{len(results.sessions)} sessions "
-        f"(each ≥ {cfg.size_factor:g}× its window); arms {', '.join(cfg.arms)}; "
+        f"(each ≥ {cfg.size_factor:g}× its window, {cfg.size_at(LARGE_WINDOW):g}× from "
+        f"{LARGE_WINDOW // 1024}K); arms {', '.join(cfg.arms)}"
+        f"{_plan_note(cfg)}; "
         f"{results.seconds:.0f} s on {platform.machine()} / Python {platform.python_version()}.",
         "Tokens are the provider simulator's count (o200k_base, tools included). Retention = "
         "verbatim presence in the last request ctxgate forwarded. The summary text comes from the "
@@ -301,6 +362,18 @@ def markdown(results: EvalResults) -> str:
         *retention_table(results),
         "",
         "Needle marks: 10% / 50% / 90% depth; ✓ kept, ✗ lost, · not planted.",
+        "",
+        "### Planted facts, recall and recoverable retention (per arm and window)",
+        "",
+        *lossless_table(results),
+        "",
+        "Facts: after the last turn the client asks about each planted fact through ctxgate; the "
+        "simulator's recall model (tests/simulator/recall_model.py) answers from the view, or "
+        "calls the `ctxgate_recall` tool when ctxgate offers it. *Via recall*: correct answers "
+        "read from the archive. Retention counts the session's non-empty messages in the final "
+        "forwarded view: *verbatim* as is, *recoverable* verbatim or named by a handle in view "
+        "(`mN`) that ctxgate's archive (admin API) holds, *archived* verbatim or in the archive "
+        "whether named or not, *lost* neither.",
         "",
         "### Arms (all sessions pooled)",
         "",
@@ -333,6 +406,9 @@ def _arm_json(arm: ArmResult, keep_series: bool) -> dict[str, Any]:
     }
     if not keep_series:
         data.pop("tokens_per_turn")
+    data["facts"] = list(arm.facts)
+    data["recall_answers"] = arm.recall_answers
+    data["recoverable"]["share"] = list(arm.recoverable.recoverable)
     return data
 
 

@@ -54,14 +54,25 @@ ARMS: dict[str, ArmSpec] = {
     ),
 }
 QUICK_ARMS = ("main", "bg-off")
+# Replaying a session costs turns × history, which grows with the square of the window: the
+# larger windows get fewer sessions and arms (the full run stays within ~15 min on 2 CPUs), and
+# from LARGE_WINDOW on sessions are 3 windows long instead of 5.
+LARGE_WINDOW = 65536
+LARGE_SIZE = 3.0
+WINDOW_PLAN: dict[int, tuple[int, tuple[str, ...]]] = {
+    16384: (3, ("main", "fail")),
+    65536: (2, ("main",)),
+    131072: (1, ("main",)),
+}
 
 
 @dataclass
 class EvalConfig:
-    windows: tuple[int, ...] = (8192, 16384)
-    sessions: int = 6  # per window
-    size_factor: float = 5.0  # each session at least this many windows long
+    windows: tuple[int, ...] = (8192, 16384, 65536, 131072)
+    sessions: int = 6  # per window (at most WINDOW_PLAN's for the windows it names)
+    size_factor: float = 5.0  # each session at least this many windows long (3 from 64K on)
     arms: tuple[str, ...] = tuple(ARMS)
+    plan: dict[int, tuple[int, tuple[str, ...]]] = field(default_factory=lambda: WINDOW_PLAN)
     gap_s: float = 0.02  # an agent runs tools between calls; background work overlaps that
     seed: int = 0
     corpus: Path | None = None
@@ -69,8 +80,23 @@ class EvalConfig:
     llama_url: str | None = None
     quick: bool = False
 
-    def kinds(self) -> list[str]:
-        return [KIND_CYCLE[i % len(KIND_CYCLE)] for i in range(self.sessions)]
+    def sessions_at(self, window: int) -> int:
+        planned = self.plan.get(window)
+        return min(self.sessions, planned[0]) if planned else self.sessions
+
+    def arms_at(self, window: int) -> tuple[str, ...]:
+        """The configured arms, narrowed to the plan's for this window (never to none)."""
+        planned = self.plan.get(window)
+        if not planned:
+            return self.arms
+        return tuple(a for a in self.arms if a in planned[1]) or self.arms[:1]
+
+    def size_at(self, window: int) -> float:
+        return self.size_factor if window < LARGE_WINDOW else min(self.size_factor, LARGE_SIZE)
+
+    def kinds(self, window: int | None = None) -> list[str]:
+        count = self.sessions if window is None else self.sessions_at(window)
+        return [KIND_CYCLE[i % len(KIND_CYCLE)] for i in range(count)]
 
 
 @dataclass
@@ -117,7 +143,7 @@ def prepare_sessions(config: EvalConfig) -> list[Session]:
     corpus = config.corpus or find_corpus(REPO)
     sessions: list[Session] = []
     for window in config.windows:
-        built = build_sessions(corpus, config.kinds(), window, config.size_factor)
+        built = build_sessions(corpus, config.kinds(window), window, config.size_at(window))
         for session in built:
             plant(session, config.seed)
         sessions.extend(built)
@@ -131,11 +157,12 @@ def evaluate(config: EvalConfig) -> EvalResults:
         raise ValueError(f"unknown arm {unknown[0]!r}; choose from {sorted(ARMS)}")
     started = time.monotonic()
     sessions = prepare_sessions(config)
-    bar = Progress(len(sessions) * len(config.arms), enabled=config.show_progress)
+    replays = sum(len(config.arms_at(s.window)) for s in sessions)
+    bar = Progress(replays, enabled=config.show_progress)
     results: list[SessionResult] = []
     for session in sessions:
         result = _session_result(session)
-        for arm in config.arms:
+        for arm in config.arms_at(session.window):
             spec = ARMS[arm]
             bar.start(f"{session.name} {arm}")
             run = replay(
