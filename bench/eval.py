@@ -8,7 +8,8 @@
     .venv/bin/python bench/eval.py --quick --llama auto    # SmolLM2 via tests/llamacpp_server.py
 
 Each session (tau-bench airline conversations chained; SWE-agent text-action and
-function-calling trajectories chained) is replayed turn by turn through a real ctxgate in front of
+function-calling trajectories chained; OpenCode and aider transcripts recorded against the
+simulator, bench/record_agents.py) is replayed turn by turn through a real ctxgate in front of
 the provider simulator with the official OpenAI SDK: the history is always the ORIGINAL one and
 only ctxgate's forwarded view differs. Compared with the full history and with JetBrains-style
 observation masking (last 10 tool outputs kept). After the last turn the client asks about every

@@ -107,7 +107,7 @@ def test_the_task_statement_survives_and_no_tool_output_poses_as_the_user(
 def test_results_are_written(quick: tuple[EvalResults, Path]) -> None:
     _, out = quick
     data = json.loads((out / "eval.json").read_text())
-    assert {s["name"] for s in data["sessions"]} == {"tau-8k-0", "swe-text-8k-0", "swe-fc-8k-0"}
+    assert {s["name"] for s in data["sessions"]} == {"tau-8k-0", "swe-text-8k-0", "agents-8k-0"}
     table = (out / "eval.md").read_text()
     assert "| tau-8k-0 |" in table
     assert (out / "eval.png").stat().st_size > 10_000

@@ -22,7 +22,8 @@ TAU_FILE = "tau_bench_airline_gpt4o.jsonl"
 TAU_TOOLS = "tools/tau_bench_airline_tools.json"
 SWE_TEXT_FILES = ("sweagent_text_trajs.jsonl", "minisweagent_test_trajs.jsonl")
 SWE_FC_FILE = "sweagent_fc_demos.jsonl"
-KINDS = ("tau", "swe-text", "swe-fc")
+AGENT_FILES = ("agents_opencode.jsonl", "agents_aider.jsonl")  # bench/record_agents.py
+KINDS = ("tau", "swe-text", "swe-fc", "agents")
 MAX_PASSES = 6  # a small corpus is cycled to reach the target size (more passes when needed)
 
 
@@ -134,11 +135,21 @@ def load_transcripts(corpus: Path, kind: str) -> list[Transcript]:
     if kind == "swe-text":
         rows = [row for name in SWE_TEXT_FILES for row in _rows(corpus / name)]
         return [Transcript(r["id"], _trimmed(r["messages"]), True) for r in rows]
+    if kind == "agents":
+        return [Transcript(r["id"], _trimmed(r["messages"]), False) for r in _agent_rows(corpus)]
     raise ValueError(f"unknown session kind {kind!r}; choose from {KINDS}")
 
 
+def _agent_rows(corpus: Path) -> list[dict[str, Any]]:
+    paths = [corpus / name for name in AGENT_FILES]
+    return [row for path in paths if path.is_file() for row in _rows(path)]
+
+
 def load_tools(corpus: Path, kind: str) -> list[dict[str, Any]] | None:
-    """Only tau-bench ships its tool schemas; SWE-agent demos are sent without `tools`."""
+    """tau-bench ships its tool schemas and the recorded agents carry theirs (OpenCode's: a
+    chained session sends one set); SWE-agent demos are sent without `tools`."""
+    if kind == "agents":
+        return next((r["tools"] for r in _agent_rows(corpus) if r.get("tools")), None)
     if kind != "tau":
         return None
     tools: list[dict[str, Any]] = json.loads((corpus / TAU_TOOLS).read_text())

@@ -21,7 +21,7 @@ from bench.evaluation.progress import Progress
 from bench.evaluation.replay import replay
 
 REPO = Path(__file__).resolve().parents[2]
-KIND_CYCLE = ("tau", "swe-text", "swe-fc", "tau", "swe-text", "tau")
+KIND_CYCLE = ("tau", "swe-text", "agents", "swe-fc", "tau", "swe-text")
 
 
 @dataclass(frozen=True)
