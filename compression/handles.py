@@ -161,7 +161,7 @@ def _suffixed(text: str, position: int) -> str:
 def _lined(text: str, positions: Sequence[int]) -> str:
     if not text.startswith(SUMMARY_PREFIX):
         return text
-    body = without_archive_line(text[len(SUMMARY_PREFIX) :].lstrip("\n"))
+    body = without_archive_line(text[len(SUMMARY_PREFIX) :].lstrip("\n")).lstrip("\n")
     return f"{SUMMARY_PREFIX}\n{archive_line(positions)}\n{body}"
 
 

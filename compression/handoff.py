@@ -81,7 +81,8 @@ def parse_handoff(text: str) -> ParsedHandoff | None:
         return None
     end = text.find(END_MARKER)
     if end < 0:
-        return ParsedHandoff(Handoff(body=text[len(SUMMARY_PREFIX) :].strip()), "")
+        body = _without_archive_line(text[len(SUMMARY_PREFIX) :]).strip()
+        return ParsedHandoff(Handoff(body=body), "")
     inner = _without_archive_line(text[len(SUMMARY_PREFIX) : end])
     remainder = text[end + len(END_MARKER) :].lstrip("\n")
     anchors = AnchorIndex()
