@@ -66,7 +66,10 @@ class Gateway:
                 return await self._serve(door, headers, raw)
         except orjson.JSONEncodeError as exc:
             # The parser takes deeper nesting than the serialiser: met when an id is derived
-            # or the body rewritten, always before the upstream is called.
+            # or the body rewritten, always before the upstream is called. (orjson's error is
+            # TypeError itself, so anything else is a bug to report as one.)
+            if "Recursion limit" not in str(exc):
+                raise
             raise BadRequest(
                 "The request body holds JSON nested deeper than ctxgate can re-serialise "
                 f"(255 levels): {exc}."

@@ -76,6 +76,8 @@ def offered(turn: Turn, settings: RecallSettings) -> bool:
         return False
     if any(_tool_name(tool) == RECALL_TOOL for tool in turn.request.tools or ()):
         return False
+    if "functions" in turn.request.body:  # legacy function calling: no `tools` beside it
+        return False
     choice: Any = turn.request.body.get("tool_choice")
     if isinstance(choice, dict):
         choice = choice.get("type")
