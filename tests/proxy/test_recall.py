@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tests.servers import ProxyServer, settings_for
-from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator import Fail, ModelSpec, Reply, Simulator, is_summary_request
 
 WINDOW = 8192
 MODEL = "recall-8k"
@@ -231,3 +231,26 @@ def test_tool_choice_none_is_respected(sim: Simulator, tmp_path: Any) -> None:
         )
     body = [r.body for r in sim.received if r.body and not r.is_summary][-1]
     assert not offered(body)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+def test_a_failing_round_answers_with_the_round_before(
+    sim: Simulator, tmp_path: Any, stream: bool
+) -> None:
+    def breaks(body: dict[str, Any]) -> Reply | Fail | None:
+        if is_summary_request(body) or not offered(body):
+            return None
+        if body["messages"][-1].get("role") == "tool":
+            return Fail(503)
+        return Reply(
+            content=None if stream else "Checking the archive.",
+            tool_calls=[{"name": TOOL, "arguments": {"query": "review"}}],
+        )
+
+    sim.responder = breaks
+    with proxy_for(sim, tmp_path) as proxy:
+        text, calls, headers = ask(client_for(proxy), stream)
+    assert calls is None
+    assert text == ("" if stream else "Checking the archive.")
+    assert "x-ctxgate-recalls" not in headers  # the answer is the first round's
+    assert sim.received[-1].status == 503
