@@ -1,0 +1,417 @@
+"""ctxgate's recall tool at the Messages door: offered in the request, its calls read from the
+answer and sent back with their results (the simulator checks pairing and thinking
+signatures), hidden from a relayed stream (the `anthropic` SDK reads what the client gets)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any, cast
+
+import anthropic
+import httpx
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compression.handles import RECALL_TOOL
+from compression.types import Message, ToolSchema
+from proxy.doors.messages import MessagesDoor
+from proxy.frontdoor import ToolCall
+from tests.proxy.recall_streams import event_data, serve_events
+from tests.simulator import ModelSpec, Reply, Simulator
+from tests.simulator.anthropic_cache import CacheUsage
+from tests.simulator.anthropic_rules import ThinkingSigner
+from tests.simulator.anthropic_sse import (
+    Answer,
+    content_blocks,
+    encode,
+    message_object,
+    output_tokens_of,
+    stop_reason_of,
+    stream_events,
+)
+
+MODEL = "claude-sim"
+DOOR = MessagesDoor()
+VERSION = {"anthropic-version": "2023-06-01"}
+RECALL: ToolSchema = {
+    "type": "function",
+    "function": {
+        "name": RECALL_TOOL,
+        "description": "Read an archived message back by its handle.",
+        "parameters": {
+            "type": "object",
+            "properties": {"handle": {"type": "string"}},
+            "required": ["handle"],
+        },
+    },
+}
+BASH = {
+    "name": "Bash",
+    "description": "Run a command.",
+    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+}
+RECALL_CALL = {"name": RECALL_TOOL, "arguments": {"handle": "m3"}}
+BASH_CALL = {"name": "Bash", "arguments": {"command": "ls"}}
+THINKING = {"type": "enabled", "budget_tokens": 1024}
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    with Simulator(default=ModelSpec(window=128_000)) as simulator:
+        yield simulator
+
+
+def body(messages: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "max_tokens": 2048,
+        "system": "You are terse.",
+        "messages": messages or [{"role": "user", "content": "What was m3?"}],
+        "tools": [BASH],
+        "thinking": THINKING,
+        **extra,
+    }
+
+
+def post(sim: Simulator, raw: bytes) -> httpx.Response:
+    return httpx.post(f"{sim.base_url}/messages", content=raw, headers=VERSION, timeout=10)
+
+
+def unmarked(value: Any) -> Any:
+    """Wire content without the cache breakpoints the door spends on a rewritten prefix."""
+    if isinstance(value, list):
+        return [unmarked(item) for item in value]
+    if isinstance(value, dict):
+        return {k: unmarked(v) for k, v in value.items() if k != "cache_control"}
+    return value
+
+
+def results(calls: tuple[ToolCall, ...], text: str = "the text of m3") -> list[Message]:
+    return [
+        cast(Message, {"role": "tool", "tool_call_id": call.id, "content": f"{text} ({n})"})
+        for n, call in enumerate(calls)
+    ]
+
+
+# -- the request --------------------------------------------------------------------------------
+
+
+def test_render_adds_the_tool_after_the_clients_and_never_returns_the_raw_bytes() -> None:
+    system = [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]
+    request = DOOR.parse(orjson.dumps(body(system=system)))
+    assert DOOR.render(request, request.messages, None) == request.raw
+    rendered = orjson.loads(DOOR.render(request, request.messages, None, [RECALL]))
+    assert rendered["messages"] == body()["messages"] and rendered["system"] == system
+    assert rendered["tools"] == [
+        BASH,
+        {
+            "name": RECALL_TOOL,
+            "description": RECALL["function"]["description"],
+            "input_schema": RECALL["function"]["parameters"],
+        },
+    ]
+    bare = DOOR.parse(orjson.dumps({k: v for k, v in body().items() if k != "tools"}))
+    tools = orjson.loads(DOOR.render(bare, bare.messages, None, [RECALL]))["tools"]
+    assert [tool["name"] for tool in tools] == [RECALL_TOOL]
+    mine = {**BASH, "name": RECALL_TOOL}
+    taken = DOOR.parse(orjson.dumps(body(tools=[mine])))
+    assert orjson.loads(DOOR.render(taken, taken.messages, None, [RECALL]))["tools"] == [mine]
+
+
+# -- recall rounds through the simulator --------------------------------------------------------
+
+
+def round_trip(
+    sim: Simulator, request_body: dict[str, Any], reply: Reply, after: list[Message] = ()
+) -> tuple[dict[str, Any], httpx.Response]:
+    """One answer calling the tool, its results sent back: (the answer, the next answer)."""
+    request = DOOR.parse(orjson.dumps(request_body))
+    sim.enqueue(reply)
+    answer = post(sim, DOOR.render(request, request.messages, None, [RECALL])).content
+    found = DOOR.tool_calls(answer, RECALL_TOOL)
+    assert found is not None
+    view = [*request.messages, found.message, *results(found.calls), *after]
+    return orjson.loads(answer), post(sim, DOOR.render(request, view, None, [RECALL]))
+
+
+def test_a_recall_round_sends_thinking_text_and_only_the_tools_calls(sim: Simulator) -> None:
+    answer, second = round_trip(
+        sim, body(), Reply(content="Let me look.", tool_calls=[RECALL_CALL, BASH_CALL])
+    )
+    assert second.status_code == 200, second.text
+    assert sim.received[-1].problems == []
+    thinking, text, recall, _bash = answer["content"]
+    assert thinking["type"] == "thinking" and recall["name"] == RECALL_TOOL
+    assert unmarked(sim.received[-1].body["messages"][1:]) == [
+        {"role": "assistant", "content": [thinking, text, recall]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": recall["id"],
+                    "content": "the text of m3 (0)",
+                }
+            ],
+        },
+    ]
+
+
+def test_the_calls_come_back_as_chat_tool_calls(sim: Simulator) -> None:
+    request = DOOR.parse(orjson.dumps(body()))
+    sim.enqueue(Reply(tool_calls=[RECALL_CALL, BASH_CALL]))
+    answer = post(sim, DOOR.render(request, request.messages, None, [RECALL])).content
+    found = DOOR.tool_calls(answer, RECALL_TOOL)
+    assert found is not None
+    recall_id = orjson.loads(answer)["content"][1]["id"]
+    assert found.calls == (ToolCall(id=recall_id, name=RECALL_TOOL, arguments='{"handle":"m3"}'),)
+    message = cast(dict[str, Any], found.message)
+    assert message["role"] == "assistant" and message["content"] is None
+    assert message["tool_calls"] == [
+        {
+            "id": recall_id,
+            "type": "function",
+            "function": {"name": RECALL_TOOL, "arguments": '{"handle":"m3"}'},
+        }
+    ]
+
+
+def test_results_of_two_calls_and_a_following_user_message_make_one_user_turn(
+    sim: Simulator,
+) -> None:
+    later = cast(Message, {"role": "user", "content": "Then go on."})
+    answer, second = round_trip(
+        sim,
+        body(),
+        Reply(tool_calls=[RECALL_CALL, {**RECALL_CALL, "arguments": {"handle": "m4"}}]),
+        [later],
+    )
+    assert second.status_code == 200, second.text
+    sent = unmarked(sim.received[-1].body["messages"])
+    assert len(sent) == 3 and sent[2]["role"] == "user"
+    kinds = [block["type"] for block in sent[2]["content"]]
+    assert kinds == ["tool_result", "tool_result", "text"]
+    assert [b.get("tool_use_id") for b in sent[2]["content"][:2]] == [
+        block["id"] for block in answer["content"] if block["type"] == "tool_use"
+    ]
+
+
+def test_a_round_inside_the_clients_own_tool_loop(sim: Simulator) -> None:
+    sim.enqueue(Reply(tool_calls=[BASH_CALL]))
+    first = post(sim, orjson.dumps(body())).json()
+    history = [
+        {"role": "user", "content": "What was m3?"},
+        {"role": "assistant", "content": first["content"]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": first["content"][1]["id"], "content": "a b"}
+            ],
+        },
+    ]
+    _answer, second = round_trip(sim, body(history), Reply(tool_calls=[RECALL_CALL]))
+    assert second.status_code == 200, second.text
+    assert [m["role"] for m in sim.received[-1].body["messages"]] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+
+
+def test_the_simulator_refuses_an_unanswered_client_call(sim: Simulator) -> None:
+    """What the rounds above guard: the client's call sent back without a result is refused."""
+    request = DOOR.parse(orjson.dumps(body()))
+    sim.enqueue(Reply(tool_calls=[RECALL_CALL, BASH_CALL]))
+    answer = orjson.loads(post(sim, DOOR.render(request, request.messages, None, [RECALL])).content)
+    recall_id = answer["content"][1]["id"]
+    raw = body(
+        [
+            *body()["messages"],
+            {"role": "assistant", "content": answer["content"]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": recall_id}]},
+        ]
+    )
+    assert post(sim, orjson.dumps(raw)).status_code == 400
+    assert "without `tool_result` blocks" in sim.received[-1].problems[0]
+
+
+def test_without_calls_drops_the_tools_blocks_and_makes_the_stop_ordinary(
+    sim: Simulator,
+) -> None:
+    sim.enqueue(Reply(content="Here.", tool_calls=[RECALL_CALL]))
+    answer = post(sim, orjson.dumps(body())).content
+    original = orjson.loads(answer)
+    trimmed = orjson.loads(DOOR.without_calls(answer, RECALL_TOOL))
+    assert trimmed == {**original, "content": original["content"][:2], "stop_reason": "end_turn"}
+    sim.enqueue(Reply(content="Here.", tool_calls=[RECALL_CALL, BASH_CALL]))
+    both = post(sim, orjson.dumps(body())).content
+    kept = orjson.loads(DOOR.without_calls(both, RECALL_TOOL))
+    assert kept["stop_reason"] == "tool_use"
+    assert [b["type"] for b in kept["content"]] == ["thinking", "text", "tool_use"]
+    sim.enqueue(Reply(content="Plain."))
+    plain = post(sim, orjson.dumps(body())).content
+    assert DOOR.without_calls(plain, RECALL_TOOL) is plain
+    assert DOOR.tool_calls(plain, RECALL_TOOL) is None
+
+
+# -- streams ------------------------------------------------------------------------------------
+
+SIGNER = ThinkingSigner()
+
+
+def answer_of(reply: Reply, thinking: str | None = "shown", content: Any = None) -> Answer:
+    ids = itertools.count(1)
+    blocks = content or content_blocks(
+        reply, thinking=thinking, signer=SIGNER, next_id=lambda: f"toolu_01Sim{next(ids):013d}"
+    )
+    return Answer(
+        message_id="msg_01Sim0000000000001",
+        model=MODEL,
+        content=blocks,
+        stop_reason=stop_reason_of(reply),
+        usage=CacheUsage(120, 30, 4000),
+        output_tokens=output_tokens_of(reply, blocks),
+    )
+
+
+def events_of(answer: Answer) -> list[bytes]:
+    return [encode(event) for event in stream_events(answer)]
+
+
+@pytest.mark.parametrize(
+    ("reply", "decided"),
+    [
+        (Reply(tool_calls=[RECALL_CALL, BASH_CALL]), "recall"),
+        (Reply(content="From memory.", tool_calls=[RECALL_CALL]), "answer"),
+        (Reply(tool_calls=[BASH_CALL, RECALL_CALL]), "answer"),
+        (Reply(content="Hello."), "answer"),
+    ],
+)
+def test_a_stream_adds_up_to_the_non_streamed_message(reply: Reply, decided: str) -> None:
+    answer = answer_of(reply)
+    stream = DOOR.answer_stream(RECALL_TOOL)
+    decisions = []
+    events = events_of(answer)
+    for event in events:
+        stream.feed(event_data(event))
+        decisions.append(stream.decided)
+    assert orjson.loads(stream.answer()) == message_object(answer)
+    # message_start, ping and the thinking block decide nothing; the next block does
+    second = [n for n, e in enumerate(events) if e.startswith(b"event: content_block_start")][1]
+    assert set(decisions[:second]) == {None} and set(decisions[second:]) == {decided}
+    found = DOOR.tool_calls(stream.answer(), RECALL_TOOL)
+    assert (found is not None) == any(c["name"] == RECALL_TOOL for c in reply.tool_calls or [])
+
+
+def filtered(events: list[bytes]) -> list[bytes]:
+    hider = DOOR.call_filter(RECALL_TOOL)
+    return [out for event in events if (out := hider.event(event)) is not None]
+
+
+def sdk_final(sim: Simulator, events: list[bytes]) -> Any:
+    serve_events(sim, events)
+    with anthropic.Anthropic(base_url=sim.base_url.removesuffix("/v1"), api_key="k") as client:
+        with client.messages.stream(
+            model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            return stream.get_final_message()
+
+
+@pytest.mark.parametrize(
+    ("reply", "kinds", "stop"),
+    [
+        (Reply(content="Let me look.", tool_calls=[RECALL_CALL]), ["thinking", "text"], "end_turn"),
+        (
+            Reply(content="Two.", tool_calls=[RECALL_CALL, BASH_CALL]),
+            ["thinking", "text", "tool_use"],
+            "tool_use",
+        ),
+        (
+            Reply(tool_calls=[BASH_CALL, RECALL_CALL]),
+            ["thinking", "tool_use"],
+            "tool_use",
+        ),
+    ],
+)
+def test_the_client_never_sees_the_tool_in_a_relayed_stream(
+    sim: Simulator, reply: Reply, kinds: list[str], stop: str
+) -> None:
+    answer = answer_of(reply)
+    events = events_of(answer)
+    shown = filtered(events)
+    assert RECALL_TOOL.encode() not in b"".join(shown)
+    final = sdk_final(sim, shown)
+    assert [block.type for block in final.content] == kinds
+    assert final.stop_reason == stop
+    expected = [b for b in answer.content if b.get("name") != RECALL_TOOL]
+    assert [block.model_dump(exclude_none=True) for block in final.content] == expected
+    untouched = [e for e in events if b'"index":0' in e or b"ping" in e]
+    assert all(any(out is e for out in shown) for e in untouched)  # the same bytes
+
+
+def test_blocks_after_a_hidden_call_are_renumbered(sim: Simulator) -> None:
+    reply = Reply(content="Done.", tool_calls=[RECALL_CALL, BASH_CALL])
+    blocks = answer_of(reply).content
+    thinking, text, recall, bash = blocks
+    answer = answer_of(reply, content=[thinking, recall, text, bash])
+    final = sdk_final(sim, filtered(events_of(answer)))
+    assert [b.model_dump(exclude_none=True) for b in final.content] == [thinking, text, bash]
+
+
+# -- property: any interleaving -----------------------------------------------------------------
+
+BLOCK = st.one_of(
+    st.builds(lambda text: {"type": "text", "text": text}, st.text(min_size=1, max_size=50)),
+    st.builds(
+        lambda name, command: {"type": "tool_use", "name": name, "input": {"command": command}},
+        st.sampled_from(["Bash", RECALL_TOOL, "Read"]),
+        st.text(max_size=40),
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(BLOCK, min_size=1, max_size=8))
+def test_filtered_indexes_are_contiguous_and_other_blocks_unchanged(
+    drawn: list[dict[str, Any]],
+) -> None:
+    blocks = [
+        {**b, "id": f"toolu_{n:04d}"} if b["type"] == "tool_use" else b for n, b in enumerate(drawn)
+    ]
+    calls = [b for b in blocks if b["type"] == "tool_use"]
+    reply = Reply(tool_calls=[{"name": b["name"]} for b in calls] or None)
+    events = events_of(answer_of(reply, content=blocks))
+    shown = filtered(events)
+    hidden = {n for n, b in enumerate(blocks) if b.get("name") == RECALL_TOOL}
+    kept = [n for n in range(len(blocks)) if n not in hidden]
+    new_index = {old: new for new, old in enumerate(kept)}
+
+    client_calls = any(blocks[n]["type"] == "tool_use" for n in kept)
+    expected = []
+    for event in events:
+        data = orjson.loads(event_data(event))
+        index = data.get("index")
+        if index in hidden:
+            continue
+        if index is not None:
+            data["index"] = new_index[index]
+        if data["type"] == "message_delta" and hidden and not client_calls:
+            data["delta"]["stop_reason"] = "end_turn"
+        expected.append(data)
+    assert [orjson.loads(event_data(e)) for e in shown] == expected
+    # Events before the first hidden block, and the lifecycle ones, pass as the same bytes.
+    first_hidden = min(hidden, default=len(blocks))
+    unmoved = [
+        e
+        for e in events
+        if orjson.loads(event_data(e)).get("index", -1) < first_hidden
+        and not (hidden and e.startswith(b"event: message_delta"))
+    ]
+    assert all(any(out is e for out in shown) for e in unmoved)
+    starts = [orjson.loads(event_data(e))["index"] for e in shown if b"content_block_start" in e]
+    assert starts == list(range(len(kept)))
