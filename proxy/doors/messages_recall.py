@@ -211,36 +211,39 @@ class MessagesCallFilter:
             if b'"tool_use"' in event and b"content_block_start" in event:
                 self._client_calls = True
             return event
-        data = data_of(event)
-        parsed = _object(data)
-        kind = parsed.get("type") if parsed is not None else None
-        if parsed is None:
-            return event
-        if kind == "message_delta":
-            return self._stop(event, parsed)
-        index = parsed.get("index")
-        if kind not in _BLOCK_EVENTS or not isinstance(index, int):
-            return event
-        if kind == "content_block_start":
-            block = parsed.get("content_block")
-            if calls_tool(block, self._name):
-                self._hidden = sorted({*self._hidden, index})
-                return None
-            self._client_calls = self._client_calls or _is_call(block)
+        # Only block starts and the message delta are parsed; a delta is renumbered in its bytes.
+        if b"content_block_start" in event or b"message_delta" in event:
+            parsed = _object(data_of(event)) or {}
+            kind = parsed.get("type")
+            if kind == "message_delta":
+                return self._stop(event, parsed)
+            block, index = parsed.get("content_block"), parsed.get("index")
+            if kind == "content_block_start" and isinstance(index, int):
+                if calls_tool(block, self._name):
+                    self._hidden = sorted({*self._hidden, index})
+                    return None
+                self._client_calls = self._client_calls or _is_call(block)
+                return self._renumbered(event, parsed)
+        return self._renumbered(event)
+
+    def _renumbered(self, event: bytes, parsed: dict[str, Any] | None = None) -> bytes | None:
+        # The first `"index"` is the event's own: Anthropic writes it before the block or
+        # delta, and one inside a string would have its quotes escaped. A parsed event is
+        # checked against that and re-serialised when its writer put the index after the block.
+        found = _INDEX.search(event)
+        index = parsed.get("index") if parsed is not None else None
+        if not isinstance(index, int):
+            if found is None:
+                return event
+            index = int(found.group(1))
         if index in self._hidden:
             return None
-        return self._renumbered(event, data, parsed, index)
-
-    def _renumbered(self, event: bytes, data: bytes, parsed: dict[str, Any], index: int) -> bytes:
         shift = sum(1 for hidden in self._hidden if hidden < index)
         if not shift:
             return event
-        found = _INDEX.search(data)
         if found is not None and int(found.group(1)) == index:
-            renumbered = data[: found.start(1)] + str(index - shift).encode() + data[found.end(1) :]
-        else:
-            renumbered = orjson.dumps({**parsed, "index": index - shift})
-        return with_data(event, renumbered)
+            return event[: found.start(1)] + str(index - shift).encode() + event[found.end(1) :]
+        return with_data(event, orjson.dumps({**(parsed or {}), "index": index - shift}))
 
     def _stop(self, event: bytes, parsed: dict[str, Any]) -> bytes:
         delta = parsed.get("delta")

@@ -203,21 +203,24 @@ class ResponsesCallFilter:
     def event(self, event: bytes) -> bytes | None:
         if not self._hidden and self._marker not in event:
             return event
-        data = data_of(event)
-        kind = event_type(data)
-        if kind in LIFECYCLE or kind in ENDS:
-            return self._lifecycle(event, data)
-        if kind in ITEM_EVENTS:
-            parsed = _object(data) or {}
+        # Only item and lifecycle events are parsed; a delta is renumbered in its bytes.
+        if b"response.output_item." in event or b'"response":' in event:
+            data = data_of(event)
+            kind = event_type(data)
+            if kind in LIFECYCLE or kind in ENDS:
+                return self._lifecycle(event, data)
+            parsed = (_object(data) or {}) if kind in ITEM_EVENTS else {}
             index = parsed.get("output_index")
             if calls_tool(parsed.get("item"), self._name) and isinstance(index, int):
                 if index not in self._hidden:
                     self._hidden = sorted([*self._hidden, index])
                 return None
-        return self._renumbered(event, data)
+        return self._renumbered(event)
 
-    def _renumbered(self, event: bytes, data: bytes) -> bytes | None:
-        found = _OUTPUT_INDEX.search(data)
+    def _renumbered(self, event: bytes) -> bytes | None:
+        # The first `"output_index"` is the event's own: no nested object has that key, and
+        # one inside a string would have its quotes escaped.
+        found = _OUTPUT_INDEX.search(event)
         if found is None:
             return event
         index = int(found.group(1))
@@ -226,8 +229,7 @@ class ResponsesCallFilter:
         shift = sum(1 for hidden in self._hidden if hidden < index)
         if not shift:
             return event
-        renumbered = data[: found.start(1)] + str(index - shift).encode() + data[found.end(1) :]
-        return with_data(event, renumbered)
+        return event[: found.start(1)] + str(index - shift).encode() + event[found.end(1) :]
 
     def _lifecycle(self, event: bytes, data: bytes) -> bytes:
         parsed = _object(data)

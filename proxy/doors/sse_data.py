@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-_DATA_LINE = re.compile(rb"^data:[ ]?(.*?)(\r\n|\r|\n|$)", re.MULTILINE)
+_DATA_LINE = re.compile(rb"^data:[ ]?([^\r\n]*)(\r\n|\r|\n|$)", re.MULTILINE)
 
 
 def data_of(event: bytes) -> bytes:

@@ -11,7 +11,9 @@ from typing import Any, cast
 import anthropic
 import httpx
 import orjson
+import pydantic
 import pytest
+from anthropic.types import MessageParam
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,6 +58,9 @@ BASH = {
 RECALL_CALL = {"name": RECALL_TOOL, "arguments": {"handle": "m3"}}
 BASH_CALL = {"name": "Bash", "arguments": {"command": "ls"}}
 THINKING = {"type": "enabled", "budget_tokens": 1024}
+
+
+SDK_MESSAGES = pydantic.TypeAdapter(list[MessageParam])
 
 
 @pytest.fixture
@@ -143,6 +148,7 @@ def test_a_recall_round_sends_thinking_text_and_only_the_tools_calls(sim: Simula
     )
     assert second.status_code == 200, second.text
     assert sim.received[-1].problems == []
+    SDK_MESSAGES.validate_python(sim.received[-1].body["messages"])
     thinking, text, recall, _bash = answer["content"]
     assert thinking["type"] == "thinking" and recall["name"] == RECALL_TOOL
     assert unmarked(sim.received[-1].body["messages"][1:]) == [
@@ -191,6 +197,7 @@ def test_results_of_two_calls_and_a_following_user_message_make_one_user_turn(
     )
     assert second.status_code == 200, second.text
     sent = unmarked(sim.received[-1].body["messages"])
+    SDK_MESSAGES.validate_python(sent)
     assert len(sent) == 3 and sent[2]["role"] == "user"
     kinds = [block["type"] for block in sent[2]["content"]]
     assert kinds == ["tool_result", "tool_result", "text"]
@@ -361,6 +368,22 @@ def test_blocks_after_a_hidden_call_are_renumbered(sim: Simulator) -> None:
     answer = answer_of(reply, content=[thinking, recall, text, bash])
     final = sdk_final(sim, filtered(events_of(answer)))
     assert [b.model_dump(exclude_none=True) for b in final.content] == [thinking, text, bash]
+
+
+def test_a_block_start_that_names_its_index_last_is_renumbered_too() -> None:
+    def event(name: str, data: dict[str, Any]) -> bytes:
+        return f"event: {name}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
+
+    hidden = {"type": "tool_use", "id": "toolu_1", "name": RECALL_TOOL, "input": {}}
+    search = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}
+    search["input"] = {"query": "x", "index": 7}
+    hider = DOOR.call_filter(RECALL_TOOL)
+    start = {"type": "content_block_start", "index": 0, "content_block": hidden}
+    assert hider.event(event("content_block_start", start)) is None
+    last = {"type": "content_block_start", "content_block": search, "index": 1}
+    shown = hider.event(event("content_block_start", last))
+    assert shown is not None
+    assert orjson.loads(event_data(shown)) == {**last, "index": 0}
 
 
 # -- property: any interleaving -----------------------------------------------------------------

@@ -10,7 +10,9 @@ from typing import Any, cast
 import httpx
 import openai
 import orjson
+import pydantic
 import pytest
+from openai.types.responses import ResponseInputParam
 
 from compression.handles import RECALL_TOOL
 from compression.types import Message, ToolSchema
@@ -77,6 +79,9 @@ def post(sim: Simulator, raw: bytes) -> httpx.Response:
     return httpx.post(f"{sim.base_url}/responses", content=raw, timeout=10)
 
 
+SDK_INPUT = pydantic.TypeAdapter(ResponseInputParam)
+
+
 def recalled(view: list[Message], call: ToolCall, text: str) -> list[Message]:
     return [*view, cast(Message, {"role": "tool", "tool_call_id": call.id, "content": text})]
 
@@ -133,6 +138,7 @@ def test_a_recall_round_goes_back_as_valid_items_without_the_clients_calls(
     assert second.status_code == 200, second.text
     assert sim.received[-1].problems == []
     sent = sim.received[-1].body["input"]
+    SDK_INPUT.validate_python(sent)  # every item has the fields the SDK's types require
     without_id = {k: v for k, v in output[1].items() if k != "id"}  # store: false
     assert sent == [
         *INPUT,
@@ -192,6 +198,7 @@ def test_a_request_on_a_stored_history_keeps_it_and_the_item_ids(sim: Simulator)
     second = post(sim, DOOR.render(request, view, None, [RECALL]))
     assert second.status_code == 200, second.text
     sent = sim.received[-1].body
+    SDK_INPUT.validate_python(sent["input"])
     assert sent["previous_response_id"] == previous
     assert sent["input"][1:3] == orjson.loads(answer)["output"]  # ids kept: the provider has them
 
