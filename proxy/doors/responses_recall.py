@@ -9,10 +9,11 @@
 The turn that calls the tool goes into the next round as the answer's output items (reasoning
 with its `encrypted_content`, messages, the calls to `name`), followed by a
 `function_call_output` per call. Calls to the client's tools are left out: nothing answers
-them in this request. When the provider keeps nothing (`store: false`) an item id names nothing
-it can look up, so replayed items lose their ids, and a reasoning item without
-`encrypted_content` (nothing but an id) is left out; a reasoning item keeps its id, which its
-encrypted content is bound to.
+them in this request, and so is reasoning that led only to them (the API refuses a reasoning item
+without the item that followed it). When the provider keeps nothing (`store: false`) an item id
+names nothing it can look up: message and function_call items go back without theirs, as Codex
+sends them, and a reasoning item without `encrypted_content` (nothing but an id) is left out; a
+reasoning item with it keeps its id, which the encrypted content is bound to.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ Item = dict[str, Any]
 LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"})
 ENDS = frozenset({"response.completed", "response.done", "response.incomplete", "response.failed"})
 ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
+# Items Codex replays without their ids when the provider keeps nothing (`store: false`).
+_ID_FREE = frozenset({"message", "function_call"})
 _OUTPUT_INDEX = re.compile(rb'"output_index"\s*:\s*(\d+)')
 
 
@@ -96,8 +99,7 @@ def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
     stateless = response.get("store") is False
     items = [
         replayed
-        for item in output
-        if item_kind(item) != "call" or calls_tool(item, name)
+        for item in _kept(output, name)
         if (replayed := _replayed(item, stateless)) is not None
     ]
     message = cast(dict[str, Any], dict(group_message(items)))
@@ -109,12 +111,29 @@ def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
     return AnswerCalls(message=cast(Message, message), calls=calls)
 
 
+def _kept(output: list[Any], name: str) -> list[Any]:
+    """The output without calls to other tools, and without the reasoning that led to one
+    (the API refuses a reasoning item sent without the item that followed it)."""
+    out: list[Any] = []
+    dropping = False  # the next item that is not reasoning is left out
+    for item in reversed(output):
+        kind = item_kind(item)
+        if kind == "reasoning":
+            if not dropping:
+                out.append(item)
+            continue
+        dropping = kind == "call" and not calls_tool(item, name)
+        if not dropping:
+            out.append(item)
+    return out[::-1]
+
+
 def _replayed(item: Any, stateless: bool) -> Any:
     if not stateless or not isinstance(item, dict):
         return item
     if item.get("type") == "reasoning":
         return item if item.get("encrypted_content") else None
-    if "id" in item:
+    if item.get("type") in _ID_FREE and "id" in item:
         return {key: value for key, value in item.items() if key != "id"}
     return item
 

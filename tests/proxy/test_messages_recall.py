@@ -166,6 +166,29 @@ def test_a_recall_round_sends_thinking_text_and_only_the_tools_calls(sim: Simula
     ]
 
 
+def test_two_rounds_in_a_row_stay_valid(sim: Simulator) -> None:
+    request = DOOR.parse(orjson.dumps(body()))
+    view = list(request.messages)
+    for handle in ("m3", "m4"):
+        sim.enqueue(
+            Reply(
+                content=f"Reading {handle}.",
+                tool_calls=[{**RECALL_CALL, "arguments": {"handle": handle}}],
+            )
+        )
+        reply = post(sim, DOOR.render(request, view, None, [RECALL]))
+        assert reply.status_code == 200, reply.text
+        found = DOOR.tool_calls(reply.content, RECALL_TOOL)
+        assert found is not None
+        view += [found.message, *results(found.calls, handle)]
+    sim.enqueue(Reply(content="m3 and m4 said hello."))
+    last = post(sim, DOOR.render(request, view, None, [RECALL]))
+    assert last.status_code == 200, last.text
+    assert sim.received[-1].problems == []
+    roles = [m["role"] for m in sim.received[-1].body["messages"]]
+    assert roles == ["user", "assistant", "user", "assistant", "user"]
+
+
 def test_the_calls_come_back_as_chat_tool_calls(sim: Simulator) -> None:
     request = DOOR.parse(orjson.dumps(body()))
     sim.enqueue(Reply(tool_calls=[RECALL_CALL, BASH_CALL]))

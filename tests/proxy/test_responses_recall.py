@@ -152,6 +152,29 @@ def test_a_recall_round_goes_back_as_valid_items_without_the_clients_calls(
     ]
 
 
+def test_two_rounds_in_a_row_stay_valid(sim: Simulator) -> None:
+    request = DOOR.parse(orjson.dumps(body()))
+    view = list(request.messages)
+    for handle in ("m3", "m4"):
+        call = {**RECALL_CALL, "arguments": {"handle": handle}}
+        sim.enqueue(Reply(reasoning_content=f"Need {handle}.", tool_calls=[call]))
+        reply = post(sim, DOOR.render(request, view, None, [RECALL]))
+        assert reply.status_code == 200, reply.text
+        found = DOOR.tool_calls(reply.content, RECALL_TOOL)
+        assert found is not None
+        view = recalled([*view, found.message], found.calls[0], f"text of {handle}")
+    sim.enqueue(Reply(content="Both said hello."))
+    last = post(sim, DOOR.render(request, view, None, [RECALL]))
+    assert last.status_code == 200, last.text
+    assert sim.received[-1].problems == []
+    kinds = [item.get("type") for item in sim.received[-1].body["input"]]
+    assert kinds == [
+        "message",
+        "message",
+        *["reasoning", "function_call", "function_call_output"] * 2,
+    ]
+
+
 def test_the_clients_call_would_break_the_round(sim: Simulator) -> None:
     """What the round above guards: the client's own call sent back unanswered is refused."""
     request = DOOR.parse(orjson.dumps(body()))
@@ -182,6 +205,25 @@ def test_without_stored_items_a_bare_reasoning_item_is_left_out(sim: Simulator) 
     # Text as the door reads a client's assistant item: chat parts, the wire part kept with them.
     content = cast(dict[str, Any], found.message)["content"]
     assert [(part["type"], part["text"]) for part in content] == [("text", "Checking.")]
+
+
+def items_of(reply: Reply) -> list[dict[str, Any]]:
+    counter = iter(range(100))
+    return output_items(reply, OutputIds(), lambda: f"call_{next(counter)}", Seal(b"k"), True)
+
+
+def test_reasoning_that_led_only_to_a_client_call_is_left_out() -> None:
+    first = items_of(Reply(reasoning_content="Run ls.", tool_calls=[SHELL_CALL]))
+    second = items_of(Reply(reasoning_content="Now m3.", tool_calls=[RECALL_CALL]))
+    answer = orjson.dumps({"id": "resp_1", "store": True, "output": [*first, *second]})
+    found = DOOR.tool_calls(answer, RECALL_TOOL)
+    assert found is not None
+    assert cast(dict[str, Any], found.message)[ORIGINAL] == second
+    text = items_of(Reply(reasoning_content="Both.", content="Both.", tool_calls=[SHELL_CALL]))
+    mixed = orjson.dumps({"id": "resp_2", "store": True, "output": [*text, second[1]]})
+    found = DOOR.tool_calls(mixed, RECALL_TOOL)
+    assert found is not None
+    assert cast(dict[str, Any], found.message)[ORIGINAL] == [text[0], text[1], second[1]]
 
 
 def test_a_request_on_a_stored_history_keeps_it_and_the_item_ids(sim: Simulator) -> None:
