@@ -21,7 +21,7 @@ from compression.handles import RECALL_TOOL
 from compression.types import Message, ToolSchema
 from proxy.doors.messages import MessagesDoor
 from proxy.frontdoor import ToolCall
-from tests.proxy.recall_streams import event_data, serve_events
+from tests.proxy.recall_streams import event_data, serve_events, split_events
 from tests.simulator import ModelSpec, Reply, Simulator
 from tests.simulator.anthropic_cache import CacheUsage
 from tests.simulator.anthropic_rules import ThinkingSigner
@@ -336,6 +336,22 @@ def test_a_stream_adds_up_to_the_non_streamed_message(reply: Reply, decided: str
     assert set(decisions[:second]) == {None} and set(decisions[second:]) == {decided}
     found = DOOR.tool_calls(stream.answer(), RECALL_TOOL)
     assert (found is not None) == any(c["name"] == RECALL_TOOL for c in reply.tool_calls or [])
+
+
+def test_a_streamed_recall_turn_goes_back_valid(sim: Simulator) -> None:
+    """Thinking and its signature added up from deltas pass the simulator's signature check."""
+    request = DOOR.parse(orjson.dumps(body(stream=True)))
+    sim.enqueue(Reply(content="Let me look.", tool_calls=[RECALL_CALL]))
+    raw = post(sim, DOOR.render(request, request.messages, None, [RECALL])).content
+    stream = DOOR.answer_stream(RECALL_TOOL)
+    for event in split_events(raw):
+        stream.feed(event_data(event))
+    found = DOOR.tool_calls(stream.answer(), RECALL_TOOL)
+    assert found is not None
+    view = [*request.messages, found.message, *results(found.calls)]
+    second = post(sim, DOOR.render(request, view, None, [RECALL]))
+    assert second.status_code == 200, second.text
+    assert sim.received[-1].problems == []
 
 
 def filtered(events: list[bytes]) -> list[bytes]:

@@ -299,6 +299,20 @@ def test_a_stream_adds_up_to_the_stored_response(
         assert DOOR.tool_calls(stream.answer(), RECALL_TOOL) is not None
 
 
+def test_a_streamed_recall_turn_goes_back_valid(sim: Simulator) -> None:
+    """The reasoning seal and the call read from a stream pass the simulator's checks."""
+    request = DOOR.parse(orjson.dumps(body(stream=True)))
+    sim.enqueue(Reply(reasoning_content="Need m3.", tool_calls=[RECALL_CALL]))
+    raw = post(sim, DOOR.render(request, request.messages, None, [RECALL])).content
+    stream, _ = fed(split_events(raw))
+    found = DOOR.tool_calls(stream.answer(), RECALL_TOOL)
+    assert found is not None
+    view = recalled([*request.messages, found.message], found.calls[0], "m3")
+    second = post(sim, DOOR.render(request, view, None, [RECALL]))
+    assert second.status_code == 200, second.text
+    assert sim.received[-1].problems == []
+
+
 def test_a_stream_without_its_completed_event_is_built_from_its_items(sim: Simulator) -> None:
     events = streamed(sim, Reply(content="Wait.", tool_calls=[RECALL_CALL]))
     cut = [e for e in events if not e.startswith(b"event: response.completed")]
