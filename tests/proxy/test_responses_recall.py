@@ -15,11 +15,11 @@ import pytest
 from openai.types.responses import ResponseInputParam
 
 from compression.handles import RECALL_TOOL
-from compression.types import Message, ToolSchema
+from compression.types import Message
 from proxy.doors.responses import ResponsesDoor
 from proxy.doors.responses_items import group_message
 from proxy.frontdoor import ORIGINAL, ToolCall
-from tests.proxy.recall_streams import event_data, serve_events, split_events
+from tests.proxy.recall_fixtures import RECALL, RECALL_CALL, event_data, serve_events, split_events
 from tests.simulator import ModelSpec, Reply, Simulator
 from tests.simulator.responses_items import Seal
 from tests.simulator.responses_output import OutputIds, output_items, response_object
@@ -27,18 +27,6 @@ from tests.simulator.responses_sse import encode, response_events
 
 MODEL = "gpt-sim"
 DOOR = ResponsesDoor()
-RECALL: ToolSchema = {
-    "type": "function",
-    "function": {
-        "name": RECALL_TOOL,
-        "description": "Read an archived message back by its handle.",
-        "parameters": {
-            "type": "object",
-            "properties": {"handle": {"type": "string"}},
-            "required": ["handle"],
-        },
-    },
-}
 SHELL = {
     "type": "function",
     "name": "shell",
@@ -53,7 +41,6 @@ INPUT: list[dict[str, Any]] = [
         "content": [{"type": "input_text", "text": "What was m3?"}],
     },
 ]
-RECALL_CALL = {"name": RECALL_TOOL, "arguments": {"handle": "m3"}}
 SHELL_CALL = {"name": "shell", "arguments": {"command": "ls"}}
 
 

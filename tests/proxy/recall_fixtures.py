@@ -1,12 +1,28 @@
-"""Helpers of the recall-tool door tests: SSE bodies split into events, and a stream of given
-events served by the simulator (a 200 `text/event-stream` answer holding those bytes), so the
-official SDKs read it over real HTTP."""
+"""What the recall-tool door tests share: ctxgate's tool schema and a call to it, SSE bodies
+split into events, and a stream of given events served by the simulator (a 200
+`text/event-stream` answer holding those bytes), so the official SDKs read it over real HTTP."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from compression.handles import RECALL_TOOL
+from compression.types import ToolSchema
 from tests.simulator import Fail, Simulator
+
+RECALL: ToolSchema = {
+    "type": "function",
+    "function": {
+        "name": RECALL_TOOL,
+        "description": "Read an archived message back by its handle.",
+        "parameters": {
+            "type": "object",
+            "properties": {"handle": {"type": "string"}},
+            "required": ["handle"],
+        },
+    },
+}
+RECALL_CALL = {"name": RECALL_TOOL, "arguments": {"handle": "m3"}}
 
 EVENT_STREAM = {"content-type": "text/event-stream"}
 
