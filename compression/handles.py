@@ -7,21 +7,27 @@ recall tool:
 
     summary        its first line after the reference-only prefix lists every replaced range:
                    "[Archived originals: m2-m40, m43 ...]"
-    rewritten      a one-liner, a pruned or clipped message ends with
-                   "[archived original: m12 ...]"
+    rewritten      a one-liner, a pruned or clipped message ends with "[archived: m12]"
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import Any, cast
+
+from compression.content import content_text
+from compression.handoff import handoff_text
+from compression.prompts import ARCHIVE_OPEN, SUMMARY_PREFIX
+from compression.types import ContentPart, Message
 
 RECALL_TOOL = "ctxgate_recall"
 
 _HANDLE = re.compile(r"^m(\d{1,9})$")
 _RANGE = re.compile(r"^m(\d{1,9})\s*[-\u2013]\s*m?(\d{1,9})$")
-ARCHIVE_LINE = re.compile(r"^\[Archived originals: [^\n]*\]\n", re.MULTILINE)
-SUFFIX = re.compile(r"\n\[archived original: m\d+[^\n]*\]$")
+ARCHIVE_LINE = re.compile("^" + re.escape(ARCHIVE_OPEN) + r"[^\n]*\]\n", re.MULTILINE)
+SUFFIX = re.compile(r"\n\[archived: m\d+\]$")
 
 
 def handle(position: int) -> str:
@@ -56,15 +62,124 @@ def ranges(positions: Iterable[int]) -> str:
 
 def archive_line(positions: Sequence[int]) -> str:
     return (
-        f"[Archived originals: {ranges(positions)} — the exact text of every compacted message; "
+        f"{ARCHIVE_OPEN}{ranges(positions)} — the exact text of every compacted message; "
         f"call the {RECALL_TOOL} tool with a handle to read one, or with a query to search them.]\n"
     )
 
 
 def rewritten_suffix(position: int) -> str:
-    return f"\n[archived original: {handle(position)} — {RECALL_TOOL} reads it in full]"
+    # Short: a compacted view may hold hundreds of one-liners; the summary's line and the
+    # tool's description say what a handle is.
+    return f"\n[archived: {handle(position)}]"
 
 
 def without_archive_line(text: str) -> str:
     """Summary text without the archive line (it is rewritten after every compression)."""
     return ARCHIVE_LINE.sub("", text, count=1)
+
+
+def with_handles(
+    result: Sequence[Message],
+    sources: Sequence[int | None],
+    replaced: Sequence[int],
+    client: Sequence[Message],
+) -> list[Message]:
+    """`result` with the handles of what it replaced written into ctxgate's own messages.
+
+    `sources[i]` is the client position `result[i]` holds verbatim (None: ctxgate wrote it),
+    `replaced` the client positions the result no longer holds verbatim. A rewritten message
+    (a one-liner, a clipped output) gets the handle of the original it stands for; the summary
+    gets the ranges of everything replaced. Verbatim messages stay the same objects.
+    """
+    if not replaced:
+        return list(result)
+    pending = sorted(replaced)
+    out = list(result)
+    summary_at: int | None = None
+    written: list[int] = []
+    named: set[int] = set()
+    for at, message in enumerate(out):
+        if sources[at] is not None:
+            continue
+        if handoff_text(message) is not None:
+            summary_at = at
+            continue
+        position = _original_of(message, pending, client)
+        if position is not None:
+            named.add(position)
+            out[at] = _with_text(message, partial(_suffixed, position=position))
+        written.append(at)
+    if summary_at is not None:
+        out[summary_at] = _with_text(out[summary_at], lambda text: _lined(text, pending))
+    elif written and not named.issuperset(pending):
+        # No summary to name the rest: the last message ctxgate wrote does.
+        last = written[-1]
+        out[last] = _with_text(out[last], lambda text: f"{_plain(text)}\n{archive_line(pending)}")
+    return out
+
+
+def _original_of(
+    message: Message, replaced: Sequence[int], client: Sequence[Message]
+) -> int | None:
+    """The replaced client position a rewritten message stands for, when one matches."""
+    call_ids = _call_ids(message)
+    if call_ids:
+        for position in reversed(replaced):
+            original = client[position]
+            if original.get("role") == message.get("role") and _call_ids(original) == call_ids:
+                return position
+        return None
+    text = _plain(content_text(message)).strip()[:_LEAD]
+    if not text:
+        return None
+    for position in reversed(replaced):
+        original = client[position]
+        if original.get("role") == message.get("role") and not _call_ids(original):
+            if content_text(original).strip().startswith(text):
+                return position
+    return None
+
+
+_LEAD = 60  # characters a clipped message keeps of its original's start, at least
+
+
+def _call_ids(message: Message) -> tuple[str, ...]:
+    if message.get("role") == "tool":
+        return (str(message.get("tool_call_id") or ""),)
+    return tuple(str(call.get("id") or "") for call in message.get("tool_calls") or [])
+
+
+def _plain(text: str) -> str:
+    """Text without the handles an earlier compression wrote into it."""
+    return SUFFIX.sub("", ARCHIVE_LINE.sub("", text).rstrip("\n"))
+
+
+def _suffixed(text: str, position: int) -> str:
+    return _plain(text) + rewritten_suffix(position)
+
+
+def _lined(text: str, positions: Sequence[int]) -> str:
+    if not text.startswith(SUMMARY_PREFIX):
+        return text
+    body = without_archive_line(text[len(SUMMARY_PREFIX) :].lstrip("\n")).lstrip("\n")
+    return f"{SUMMARY_PREFIX}\n{archive_line(positions)}\n{body}"
+
+
+def _with_text(message: Message, edit: Callable[[str], str]) -> Message:
+    """A copy of `message` whose text (a string, or its first text part) went through `edit`."""
+    content: Any = message.get("content")
+    copied = cast(Message, dict(message))
+    if isinstance(content, str):
+        copied["content"] = edit(content)
+    elif isinstance(content, list):
+        parts = list(content)
+        for i, part in enumerate(parts):
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts[i] = cast(ContentPart, {**part, "text": edit(part["text"])})
+                break
+        else:
+            parts.append(cast(ContentPart, {"type": "text", "text": edit("")}))
+        copied["content"] = parts
+    elif message.get("role") == "tool" or content is None:
+        copied["content"] = edit("")
+    return copied

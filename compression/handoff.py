@@ -22,6 +22,7 @@ from compression.anchors import AnchorIndex, parse_anchors, render_anchors
 from compression.content import content_text
 from compression.prompts import (
     ANCHORS_HEADER,
+    ARCHIVE_OPEN,
     END_MARKER,
     IN_PROGRESS_MARKER,
     LAST_REPLY_HEADER,
@@ -80,8 +81,9 @@ def parse_handoff(text: str) -> ParsedHandoff | None:
         return None
     end = text.find(END_MARKER)
     if end < 0:
-        return ParsedHandoff(Handoff(body=text[len(SUMMARY_PREFIX) :].strip()), "")
-    inner = text[len(SUMMARY_PREFIX) : end]
+        body = _without_archive_line(text[len(SUMMARY_PREFIX) :]).strip()
+        return ParsedHandoff(Handoff(body=body), "")
+    inner = _without_archive_line(text[len(SUMMARY_PREFIX) : end])
     remainder = text[end + len(END_MARKER) :].lstrip("\n")
     anchors = AnchorIndex()
     at = inner.rfind("\n" + ANCHORS_HEADER + "\n")
@@ -103,6 +105,16 @@ def parse_handoff(text: str) -> ParsedHandoff | None:
         anchors=anchors,
     )
     return ParsedHandoff(handoff, remainder)
+
+
+def _without_archive_line(inner: str) -> str:
+    """The summary without the line of handles under its prefix: the proxy rewrites that line
+    after every compression, so it is not part of what the next summary updates."""
+    stripped = inner.lstrip("\n")
+    if not stripped.startswith(ARCHIVE_OPEN):
+        return inner
+    end = stripped.find("\n")
+    return "" if end < 0 else stripped[end + 1 :]
 
 
 def _blocks(text: str, opening: str, closing: str) -> list[str]:

@@ -8,6 +8,8 @@ SUMMARY_PREFIX = (
     "re-execute requests found in it, and do not repeat work it lists as done. Respond only to "
     "the latest user message after it; newer messages win over anything here."
 )
+# The line under the prefix naming the handles of everything compacted (compression.handles).
+ARCHIVE_OPEN = "[Archived originals: "
 END_MARKER = "--- END OF CONTEXT SUMMARY — respond to the message below, not the summary above ---"
 
 USER_MESSAGES_HEADER = (

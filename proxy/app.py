@@ -28,6 +28,7 @@ from proxy.frontdoor import FrontDoor
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
 from proxy.models import Models
+from proxy.recall import Recaller
 from proxy.relay import router as relay_router
 from proxy.responses_routes import router as responses_router
 from proxy.routes import header_dict, read_request_body, router
@@ -112,6 +113,7 @@ async def start_services(
         engine=engine,
         lock_wait_s=settings.storage.lock_wait_s,
         in_place=settings.storage.in_place,
+        handles=settings.compression.recall.enabled,
         clock=clock,
         observe=metrics.compression,
     )
@@ -119,7 +121,13 @@ async def start_services(
     sessions = Sessions(store, clock, settings.server.held_request_bytes)
     conversations = Conversations(settings, store, compactor, upstreams, models, sessions, clock)
     auth = Authenticator(settings.auth)
-    gateway = Gateway(settings, conversations, auth, metrics)
+    recaller = Recaller(
+        store,
+        settings.compression.recall,
+        lambda turn: models.counter(turn.rule, turn.request.model),
+        metrics,
+    )
+    gateway = Gateway(settings, conversations, auth, metrics, recaller)
     return Services(
         settings,
         http,

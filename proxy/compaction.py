@@ -27,8 +27,16 @@ from compression.engine import (
     TokenCounter,
     Trigger,
 )
+from compression.handles import with_handles
 from compression.types import Message
-from proxy.provenance import Replacement, Sources, aligned_sources, replacement, view_sources
+from proxy.provenance import (
+    Replacement,
+    Sources,
+    aligned_sources,
+    replaced_positions,
+    replacement,
+    view_sources,
+)
 from proxy.turn import CompressionNote, Turn, reservation
 from storage import (
     CompressionCommit,
@@ -106,6 +114,7 @@ class Compactor:
         engine: ContextEngine,
         lock_wait_s: float,
         in_place: bool,
+        handles: bool = True,
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, str, int, int], None] | None = None,
     ) -> None:
@@ -114,6 +123,7 @@ class Compactor:
         self.engine = engine
         self.lock_wait_s = lock_wait_s
         self.in_place = in_place
+        self.handles = handles  # name the archive's handles in what compressions write
         self.clock = clock
         # (trigger, outcome, tokens before, tokens after) of every engine pass, whatever
         # started it: arrival, background, overflow or manual.
@@ -192,6 +202,8 @@ class Compactor:
                 missed = replace(turn, state=result.state)
                 return Applied(False, result.outcome, result.error, missed)
             replaced = replacement(turn.view, result.messages, _origins(turn))
+            if self.handles:
+                result = replace(result, messages=_with_handles(turn, result.messages, replaced))
             key, checkpoint_id = await self._commit(turn, trigger, result, replaced, duration_ms)
             note = CompressionNote(
                 trigger, result.outcome, result.tokens_before, result.tokens_after, checkpoint_id
@@ -284,6 +296,12 @@ def _origins(turn: Turn) -> Sources:
         replaced = turn.view[: turn.replacement_len]
         sources = aligned_sources(replaced, turn.messages[: turn.prefix_len])
     return view_sources(sources, turn.replacement_len, turn.prefix_len, len(turn.view))
+
+
+def _with_handles(turn: Turn, result: list[Message], replaced: Replacement) -> list[Message]:
+    """The result with the handles of every client message it replaces written in."""
+    positions = replaced_positions(len(turn.messages), replaced.sources)
+    return with_handles(result, replaced.sources, positions, turn.messages)
 
 
 def _plain(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ rendered back as those original items, unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -79,8 +80,15 @@ class FrontDoor(Protocol):
         """The request, or BadRequest saying what is wrong with it."""
         ...
 
-    def render(self, request: WireRequest, view: list[Message], max_tokens: int | None) -> bytes:
-        """The body to send upstream; `view is request.messages` when nothing was changed."""
+    def render(
+        self,
+        request: WireRequest,
+        view: list[Message],
+        max_tokens: int | None,
+        tools: Sequence[ToolSchema] = (),
+    ) -> bytes:
+        """The body to send upstream; `view is request.messages` when nothing was changed.
+        `tools` are ctxgate's own (chat-shaped), offered after the client's."""
         ...
 
     def usage(self, answer: bytes) -> Usage | None:
@@ -108,6 +116,18 @@ class FrontDoor(Protocol):
     def summary_reply(self, answer: bytes) -> SummaryReply:
         """The summary call's answer; raises SummaryCallError when it is unreadable."""
         ...
+
+    def tool_calls(self, answer: bytes, name: str) -> AnswerCalls | None:
+        """A non-streamed answer's calls to ctxgate's tool `name` (None: it makes none)."""
+        ...
+
+    def without_calls(self, answer: bytes, name: str) -> bytes:
+        """The non-streamed answer with its calls to `name` removed."""
+        ...
+
+    def answer_stream(self, name: str) -> AnswerStream: ...
+
+    def call_filter(self, name: str) -> CallFilter: ...
 
 
 def without_original(message: Message) -> dict[str, Any]:
@@ -157,6 +177,8 @@ class AnswerStream(Protocol):
 class CallFilter(Protocol):
     """Hides calls to ctxgate's tool from a stream relayed to the client (indexes renumbered,
     a finish reason that named only those calls made an ordinary stop)."""
+
+    hid: bool  # a call was kept from the client
 
     def event(self, event: bytes) -> bytes | None:
         """One complete SSE event (with its `event:` line and blank-line end) as the client

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import anyio
 import httpx
@@ -23,14 +23,16 @@ import orjson
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
+from compression.handles import RECALL_TOOL
 from proxy.auth import Authenticator
 from proxy.conversations import Conversations
-from proxy.errors import BadRequest, UpstreamStatus, unknown_model
-from proxy.frontdoor import FrontDoor
+from proxy.errors import BadRequest, ProxyError, UpstreamStatus, unknown_model
+from proxy.frontdoor import FrontDoor, StreamWatch, Usage
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
 from proxy.images import ImageLimit, image_limit, shrink_images
 from proxy.metrics import Metrics
+from proxy.recall import Recaller
 from proxy.settings import ModelRule, Settings
 from proxy.streaming import EventStreamResponse, StreamRelay
 from proxy.turn import Turn
@@ -48,11 +50,13 @@ class Gateway:
         conversations: Conversations,
         auth: Authenticator,
         metrics: Metrics,
+        recaller: Recaller,
     ) -> None:
         self.settings = settings
         self.conversations = conversations
         self.auth = auth
         self.metrics = metrics
+        self.recaller = recaller
 
     async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         """Serve one request of `door`'s API; raises ProxyError for the error handler."""
@@ -62,7 +66,10 @@ class Gateway:
                 return await self._serve(door, headers, raw)
         except orjson.JSONEncodeError as exc:
             # The parser takes deeper nesting than the serialiser: met when an id is derived
-            # or the body rewritten, always before the upstream is called.
+            # or the body rewritten, always before the upstream is called. (orjson's error is
+            # TypeError itself, so anything else is a bug to report as one.)
+            if "Recursion limit" not in str(exc):
+                raise
             raise BadRequest(
                 "The request body holds JSON nested deeper than ctxgate can re-serialise "
                 f"(255 levels): {exc}."
@@ -76,6 +83,7 @@ class Gateway:
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)
         turn = await self.conversations.prepare(door, ident, request, rule, forward)
+        turn = self.recaller.offer(turn)
         self.metrics.prepared(turn, time.perf_counter() - arrived)
         if self.settings.logging.log_content:
             log.info(
@@ -124,33 +132,81 @@ class Gateway:
             )
             turn = await self._recover_or_raise(turn, error, attempt, len(body))
             attempt += 1
+        # The session's figures are the first answer's: its prompt is the view the session
+        # holds; a recall round's prompt also holds the exchange the client never sees.
+        measured, first = turn, response.content
+        content, recall = first, Recalled(turn)
+        if turn.tools:
+            turn, response, content, recall = await self._recall_complete(turn, response, headers)
         out_headers = client_response_headers(response.headers.items())
         out_headers.update(turn.response_headers())
         out_headers.pop("content-type", None)
+        out_headers.pop("content-length", None)
         return Response(
-            response.content,
+            content,
             status_code=response.status_code,
             headers=out_headers,
             media_type=response.headers.get("content-type", "application/json"),
             # Bookkeeping runs once the client has its answer: it is not what they wait for.
-            background=BackgroundTask(self._finish, turn, response),
+            background=BackgroundTask(self._answered, measured, first, recall),
         )
 
-    async def _finish(self, turn: Turn, response: httpx.Response) -> None:
+    async def _recall_complete(
+        self, turn: Turn, response: httpx.Response, headers: dict[str, str]
+    ) -> tuple[Turn, httpx.Response, bytes, Recalled]:
+        """Answer the model's recall calls and call it again, until it answers the client (or
+        the budget is spent: its last calls are then kept from the client)."""
+        started = time.perf_counter()
+        content = response.content
+        left = self.recaller.budget(turn)
+        while (found := turn.door.tool_calls(content, RECALL_TOOL)) is not None:
+            if left.rounds <= 0:
+                break
+            following, left = await self.recaller.answer(turn, found, left)
+            sent = time.perf_counter()
+            try:
+                again = await following.upstream.call(
+                    "POST", following.door.upstream_path, following.upstream_body(), headers
+                )
+            except ProxyError as exc:
+                log.warning("session %s: a recall round failed: %s", turn.key.key, exc)
+                break
+            self.metrics.upstream_done(following, sent, again.status_code)
+            if again.status_code >= 400:
+                log.warning(
+                    "session %s: a recall round got %d from the upstream; answering with the "
+                    "round before",
+                    turn.key.key,
+                    again.status_code,
+                )
+                break
+            turn, response, content = following, again, again.content
+        hidden = turn.door.tool_calls(content, RECALL_TOOL) is not None
+        if hidden:
+            self.metrics.recall_hidden.inc()
+            content = turn.door.without_calls(content, RECALL_TOOL)
+        return turn, response, content, Recalled(turn, hidden, time.perf_counter() - started)
+
+    async def _answered(self, turn: Turn, answer: bytes, recall: Recalled) -> None:
+        await self._finish(turn, turn.door.usage(answer))
+        await self.recaller.record(turn, recall.turn, recall.hidden, recall.seconds)
+
+    async def _finish(self, turn: Turn, usage: Usage | None, status: int = 200) -> None:
         # A coroutine: Starlette would run a plain function in a worker thread.
         try:
-            self.conversations.after_response(turn, turn.door.usage(response.content))
+            self.conversations.after_response(turn, usage)
         except Exception:  # the answer is already out; nothing left to report it to
             log.exception("session bookkeeping after a response failed")
-        self.metrics.finished(response.status_code)
+        self.metrics.finished(status)
 
     async def _open_stream(
-        self, turn: Turn, stack: AsyncExitStack
+        self, turn: Turn, stack: AsyncExitStack, recover: bool = True
     ) -> tuple[Turn, httpx.Response, StreamRelay]:
         """The upstream's stream, opened and checked up to its first event.
 
         Providers may put an overflow error in the stream after their 200; seen before
-        anything reached the client, it is recovered from like the same error as a status.
+        anything reached the client, it is recovered from like the same error as a status
+        (unless `recover` is off: the error is raised).
         """
         headers = self._upstream_headers(turn)
         attempt = 0
@@ -170,6 +226,8 @@ class Gateway:
                 await call.aclose()
                 if response is None:  # a status, not an event in the stream
                     self.metrics.upstream_done(turn, sent, error.status_code)
+                if not recover:
+                    raise
                 turn = await self._recover_or_raise(turn, error, attempt, len(body))
                 attempt += 1
                 continue
@@ -183,6 +241,14 @@ class Gateway:
         stack = AsyncExitStack()
         try:
             turn, response, relay = await self._open_stream(turn, stack)
+            measured = Measured(turn, relay.watch)
+            held: list[bytes] = []
+            started = time.perf_counter()
+            if turn.tools:
+                turn, response, relay, held, stack = await self._recall_stream(
+                    turn, response, relay, stack
+                )
+            recall = Recalled(turn, False, time.perf_counter() - started)
         except BaseException:
             await stack.aclose()
             raise
@@ -191,14 +257,57 @@ class Gateway:
         out_headers.update(_SSE_HEADERS)
         out_headers.update(turn.response_headers())
         return EventStreamResponse(
-            self._relay(turn, relay, stack), response.status_code, out_headers
+            self._relay(measured, recall, relay, stack, relay.filtered(held)),
+            response.status_code,
+            out_headers,
         )
 
+    async def _recall_stream(
+        self, turn: Turn, response: httpx.Response, relay: StreamRelay, stack: AsyncExitStack
+    ) -> tuple[Turn, httpx.Response, StreamRelay, list[bytes], AsyncExitStack]:
+        """Hold each stream back until it shows what it is: a stream that opens with recall
+        calls is read to its end, answered from the archive and followed by a new round;
+        the first that does not is the client's, its events held so far given first. Recall
+        calls in the client's stream (after its text, or once the budget is spent) are
+        filtered out of it."""
+        left = self.recaller.budget(turn)
+        while True:
+            answer = turn.door.answer_stream(RECALL_TOOL)
+            held = await relay.hold(answer)
+            if answer.decided == "recall" and left.rounds > 0:
+                held += await relay.hold(answer, to_end=True)
+                found = turn.door.tool_calls(answer.answer(), RECALL_TOOL)
+            else:
+                found = None
+            if found is None or relay.watch.failed is not None:
+                relay.filter = turn.door.call_filter(RECALL_TOOL)
+                return turn, response, relay, held, stack
+            following, left = await self.recaller.answer(turn, found, left)
+            round_stack = AsyncExitStack()
+            try:
+                _, response_next, relay_next = await self._open_stream(
+                    following, round_stack, recover=False
+                )
+            except (ProxyError, UpstreamStatus) as exc:
+                await round_stack.aclose()
+                log.warning("session %s: a recall round failed: %s", turn.key.key, exc)
+                relay.filter = turn.door.call_filter(RECALL_TOOL)
+                return turn, response, relay, held, stack
+            await stack.aclose()  # the round answered is read: close its connection
+            turn, response, relay, stack = following, response_next, relay_next, round_stack
+
     async def _relay(
-        self, turn: Turn, relay: StreamRelay, stack: AsyncExitStack
+        self,
+        measured: Measured,
+        recall: Recalled,
+        relay: StreamRelay,
+        stack: AsyncExitStack,
+        held: bytes,
     ) -> AsyncIterator[bytes]:
         completed = False
         try:
+            if held:
+                yield held
             async for chunk in relay.events():
                 yield chunk
             completed = True
@@ -208,8 +317,30 @@ class Gateway:
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
                 if completed and relay.watch.failed is None:
-                    self.conversations.after_response(turn, relay.watch.usage)
+                    self.conversations.after_response(measured.turn, measured.watch.usage)
                 self.metrics.finished(200 if relay.watch.failed is None else 502)
+                hidden = relay.filter is not None and relay.filter.hid
+                if hidden:
+                    self.metrics.recall_hidden.inc()
+                await self.recaller.record(measured.turn, recall.turn, hidden, recall.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What the recall rounds of one request came to."""
+
+    turn: Turn  # the turn of the round the client got
+    hidden: bool = False  # recall calls were kept from the client unanswered
+    seconds: float = 0.0  # spent in recall rounds
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """The round whose usage the session records: the first, whose prompt is the session's
+    view (later recall rounds add an exchange the client never sees)."""
+
+    turn: Turn
+    watch: StreamWatch
 
 
 def served_rule(settings: Settings, model: str, api: str) -> ModelRule:

@@ -71,6 +71,21 @@ class Metrics:
         self.active_sessions = Gauge(
             "ctxgate_active_sessions", "Sessions seen in the last 15 minutes", registry=r
         )
+        self.recalls = Counter(
+            "ctxgate_recall_calls_total",
+            "Calls of ctxgate's recall tool answered from the archive, by kind",
+            ["kind"],
+            registry=r,
+        )
+        self.recall_tokens = Counter(
+            "ctxgate_recall_tokens_total", "Tokens of archived text read back", registry=r
+        )
+        self.recall_hidden = Counter(
+            "ctxgate_recall_hidden_total",
+            "Recall calls kept from the client unanswered (budget spent, a failed round, or "
+            "a call after the answer had started streaming)",
+            registry=r,
+        )
         self._recent: dict[str, float] = {}
         self._prune_at = 0.0
 
@@ -99,6 +114,10 @@ class Metrics:
     def finished(self, status: int) -> None:
         """A request answered (an error answer too)."""
         self.requests.labels(str(status)).inc()
+
+    def recalled(self, kind: str, tokens: int) -> None:
+        self.recalls.labels(kind).inc()
+        self.recall_tokens.inc(tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -134,6 +134,20 @@ class SummarySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RecallSettings:
+    """ctxgate's recall tool: how the model reads back what compressions archived."""
+
+    enabled: bool = True
+    """Offer the model the `ctxgate_recall` tool while its session has archived content, and
+    name the archive handles in compacted views; `false`: neither."""
+    max_rounds: int = 3
+    """Recall rounds (model calls answered from the archive) per client request."""
+    max_tokens: int = 8000
+    """Tokens of archived text one client request may read back, over all its rounds (also
+    bounded by the room left in the window)."""
+
+
+@dataclass(frozen=True, slots=True)
 class CompressionSettings:
     """When conversations are compressed and by which engine."""
 
@@ -156,6 +170,8 @@ class CompressionSettings:
     """Seconds a request over the hygiene line waits for its session's background compression."""
     summary: SummarySettings = field(default_factory=SummarySettings)
     """The summary model (section `compression.summary`)."""
+    recall: RecallSettings = field(default_factory=RecallSettings)
+    """The recall tool (section `compression.recall`)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Engine options; the built-in compressor's are in the `compression.options` table."""
 
@@ -389,6 +405,13 @@ def _compression(r: _Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compr
         context_length=s.positive("context_length", int, None),
     )
     s.done()
+    c = r.child("recall")
+    recall = RecallSettings(
+        enabled=c.get("enabled", bool, True),
+        max_rounds=c.positive("max_rounds", int, 3),
+        max_tokens=c.positive("max_tokens", int, 8000),
+    )
+    c.done()
     if summary.upstream != "auto" and summary.upstream not in upstreams:
         raise SettingsError(f"compression.summary.upstream: unknown upstream {summary.upstream!r}")
     out = CompressionSettings(
@@ -400,6 +423,7 @@ def _compression(r: _Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compr
         background=r.get("background", bool, d.background),
         background_wait_s=r.positive("background_wait_s", float, d.background_wait_s),
         summary=summary,
+        recall=recall,
         options=dict(r.get("options", dict, {})),
     )
     r.done()

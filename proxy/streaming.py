@@ -8,7 +8,7 @@ upstream becomes one error event in the door's shape, which the client's SDK rai
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -16,7 +16,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from proxy.frontdoor import StreamWatch
+from proxy.frontdoor import AnswerStream, CallFilter, StreamWatch
 
 _SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
@@ -85,7 +85,9 @@ class StreamRelay:
         assert isinstance(stream, httpx.AsyncByteStream)
         self._pieces = stream.__aiter__()
         self._buffer = b""  # read ahead, not yet relayed
+        self._broken: httpx.HTTPError | None = None  # met while reading ahead
         self.watch = watch
+        self.filter: CallFilter | None = None  # rewrites every event the client gets, when set
 
     @property
     def failed(self) -> str | None:
@@ -115,16 +117,55 @@ class StreamRelay:
             except (StopAsyncIteration, httpx.HTTPError):
                 return b"" if events else None  # `events()` meets the same end and reports it
 
+    async def hold(self, answer: AnswerStream, to_end: bool = False) -> list[bytes]:
+        """Read ahead, event by event, until `answer` has decided what the stream is (or to
+        its end); the events the client would get, in order. Each is shown to the watch and
+        fed to `answer`; what is left unread stays for `events()`."""
+        held: list[bytes] = []
+        while True:
+            events, self._buffer = _split(self._buffer)
+            for at, event in enumerate(events):
+                data = _data(event)
+                if self.watch.inspect(data):
+                    held.append(event)
+                answer.feed(data)
+                if answer.decided is not None and not to_end:
+                    self._buffer = b"".join(events[at + 1 :]) + self._buffer
+                    return held
+            try:
+                self._buffer += await self._pieces.__anext__()
+            except StopAsyncIteration:
+                return held
+            except httpx.HTTPError as exc:
+                self._broken = exc
+                return held
+
     def _relayable(self, complete: bytes) -> bytes:
         """The bytes of complete events to pass on, after the watch saw those it wants."""
+        if self.filter is not None:
+            return self.filtered(e for e, _ in self._inspected(complete))
         if not any(marker in complete for marker in self.watch.markers):
             return complete
+        return b"".join(e for e, _ in self._inspected(complete))
+
+    def _inspected(self, complete: bytes) -> Iterator[tuple[bytes, bytes]]:
         events, _ = _split(complete)
-        return b"".join(e for e in events if self.watch.inspect(_data(e)))
+        for event in events:
+            data = _data(event)
+            if self.watch.inspect(data):
+                yield event, data
+
+    def filtered(self, events: Iterable[bytes]) -> bytes:
+        """Events as the client gets them through the filter (as they are without one)."""
+        if self.filter is None:
+            return b"".join(events)
+        return b"".join(out for out in map(self.filter.event, events) if out is not None)
 
     async def events(self) -> AsyncIterator[bytes]:
         buffer, self._buffer = self._buffer, b""
         try:
+            if self._broken is not None:
+                raise self._broken
             while True:
                 cut = _last_boundary(buffer)
                 if cut:
@@ -144,7 +185,7 @@ class StreamRelay:
         if buffer.strip():
             tail = buffer + b"\n\n"
             if self.watch.inspect(_data(tail)):
-                yield tail
+                yield self.filtered([tail])
         if not self.watch.finished:
             self.watch.failed = "upstream closed the stream without finishing"
             yield self.watch.error_event(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from compression.digest import chained_digests
 from compression.state import EngineState
-from compression.types import Message
+from compression.types import Message, ToolSchema
 from proxy.frontdoor import FrontDoor, WireRequest
 from proxy.identity import Identity
 from proxy.settings import ModelRule
@@ -55,6 +55,9 @@ class Turn:
     notes: tuple[CompressionNote, ...] = ()
     digests: tuple[str, ...] | None = None  # chained digests of the client's messages, once
     images_shrunk: bool = False  # the view's images were shrunk after a refusal (once only)
+    tools: tuple[ToolSchema, ...] = ()  # ctxgate's own tools offered upstream (recall)
+    recalls: int = 0  # recall rounds answered for this request
+    recalled_tokens: int = 0  # tokens of archived text those rounds read back
 
     @property
     def messages(self) -> list[Message]:
@@ -93,7 +96,7 @@ class Turn:
 
     def upstream_body(self) -> bytes:
         """The body to send: the client's bytes when nothing changed, else the view rendered."""
-        return self.door.render(self.request, self.view, self.max_tokens)
+        return self.door.render(self.request, self.view, self.max_tokens, self.tools)
 
     def response_headers(self) -> dict[str, str]:
         headers = {"x-session-id": self.ident.session_id}
@@ -101,6 +104,8 @@ class Turn:
             headers["x-ctxgate-reason"] = self.request.passthrough
         if self.checkpoint_id is not None:
             headers["x-ctxgate-checkpoint"] = str(self.checkpoint_id)
+        if self.recalls:
+            headers["x-ctxgate-recalls"] = str(self.recalls)
         if not self.notes:
             headers["x-ctxgate-compressed"] = "true" if self.checkpoint_id is not None else "false"
             return headers

@@ -179,10 +179,10 @@ async def _archive(
         await conn.execute(stmt, rows)
 
 
-async def archived(conn: AsyncConnection, session_id: int) -> list[ArchivedMessage]:
+async def archived(conn: AsyncConnection, *session_ids: int) -> list[ArchivedMessage]:
     stmt = (
         select(archived_messages)
-        .where(archived_messages.c.session_id == session_id)
+        .where(archived_messages.c.session_id.in_(session_ids))
         .order_by(archived_messages.c.position, archived_messages.c.id)
     )
     return [

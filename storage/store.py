@@ -223,6 +223,16 @@ class SessionStore:
 
         return await self._db.read(archived)
 
+    async def lineage_archive(self, sk: SessionKey) -> list[ArchivedMessage]:
+        """The originals compressions replaced in the session and the sessions it was rotated
+        from (one conversation, so positions do not collide), by position."""
+
+        async def archived(conn: AsyncConnection) -> list[ArchivedMessage]:
+            ids = await sessions.lineage(conn, sk)
+            return await checkpoints.archived(conn, *ids) if ids else []
+
+        return await self._db.read(archived)
+
     async def archive_facts(self, sk: SessionKey) -> ArchiveFacts | None:
         """The session's newest checkpoint and archived positions (None: no such session)."""
 

@@ -17,6 +17,7 @@ from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Simulator
 from tests.simulator.agent import ScriptedAgent
 from tests.simulator.anthropic_prompt import count_messages_tokens
+from tests.simulator.recall_first import RecallFirst
 
 # A model name this CLI sends thinking "enabled" to, so signed thinking blocks cross ctxgate.
 MODEL = "claude-sonnet-4-5"
@@ -125,3 +126,37 @@ def _figures(turns: list[Any], summaries: list[Any], bodies: list[bytes]) -> dic
         "uncompressed_prompt_tokens": sum(count_messages_tokens(b) for b in sent),
         "cache_read_after_compression": cache_read,
     }
+
+
+def test_claude_code_never_sees_ctxgate_recall(tmp_path: Path) -> None:
+    """After a compression the model reads archived originals back through ctxgate's recall
+    tool on every other request (signed thinking on); Claude Code gets only its own calls."""
+    agent = _agent()
+    with Simulator(
+        models={MODEL: ModelSpec(window=WINDOW, dialect="anthropic")},
+        default=ModelSpec(window=WINDOW, dialect="anthropic"),
+    ) as sim:
+        model = RecallFirst(ScriptedAgent(turns=16, output_lines=60))
+        sim.responder = model
+        settings = settings_for(
+            sim.url + "/v1",
+            str(tmp_path / "ctxgate.db"),
+            api_key=None,
+            models=[{"match": "*", "upstream": "sim", "context_length": WINDOW}],
+            upstreams={"sim": {"base_url": sim.url + "/v1", "apis": ["chat", "messages"]}},
+        )
+        proxy = ProxyServer(settings)
+        recorder = BodyRecorder(proxy.app)
+        proxy.server.config.app = recorder
+        with proxy:
+            run = agent.run(
+                "Run the listing commands you are given and read their output.",
+                base_url=f"http://127.0.0.1:{proxy.port}",
+                model=MODEL,
+            )
+        received = sim.received
+    assert run.exit_code == 0, (run.stdout[-2000:], run.stderr[-2000:])
+    assert not [p for r in received for p in r.problems]
+    assert model.answers, "the model never read the archive"
+    assert all(answer.startswith("m") for answer in model.answers), model.answers[:2]
+    assert not any(b"ctxgate_recall" in body for body in recorder.bodies)

@@ -13,6 +13,7 @@ Needs the binary from scripts/install-codex.sh; skipped without it, unless CTXGA
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from storage import SessionKey
 from tests.agents.codex import Codex, required_codex
 from tests.servers import ThreadedServer, settings_for
 from tests.simulator import ModelSpec, Simulator
+from tests.simulator.recall_first import RecallFirst
 from tests.simulator.responses_items import count_input_tokens, input_items
 from tests.simulator.shell_agent import ShellAgent
 
@@ -133,3 +135,32 @@ def test_codex_exec_through_ctxgate_at_a_16k_window(tmp_path: Path, configured: 
     }
     print("codex through ctxgate:", orjson.dumps(report).decode())
     assert sum(billed) < sum(uncompressed)
+
+
+def test_codex_never_sees_ctxgate_recall(tmp_path: Path) -> None:
+    """Once the history is compressed, the model reads back archived originals through
+    ctxgate's recall tool on every other request; Codex gets only its own tool calls (a call
+    to a tool it does not know would come back in its next request's input)."""
+    binary = required_codex()
+    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}) as sim:
+        agent = RecallFirst(ShellAgent(turns=16, command=COMMAND))
+        sim.responder = agent
+        models = [{"match": "*", "upstream": "sim", "context_length": WINDOW}]
+        settings = settings_for(sim.base_url, str(tmp_path / "ctxgate.db"), models=models)
+        recorder = Recorder(create_app(settings))
+        with ThreadedServer(recorder, name="ctxgate", lifespan="on") as proxy:
+            codex = Codex(
+                f"http://127.0.0.1:{proxy.port}/v1",
+                MODEL,
+                tmp_path,
+                binary=binary,
+                context_window=1_000_000,
+            )
+            run = codex.exec("Run the numbered steps with the shell, one at a time.", timeout=400)
+        forwarded = sim.responses_requests
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert "Done: ran 16 steps" in run.stdout
+    assert agent.answers, "the model never read the archive"
+    assert all(re.match(r"m\d+ \(", answer) for answer in agent.answers), agent.answers[:2]
+    assert not any(b"ctxgate_recall" in body for body in recorder.bodies)
+    assert [r.problems for r in forwarded] == [[] for _ in forwarded]

@@ -9,15 +9,18 @@ usage chunk the client did not ask for; that chunk is then kept from the client)
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
-from compression.types import Message
+from compression.types import Message, ToolSchema
+from proxy.doors import chat_recall
+from proxy.doors.chat_recall import ChatAnswerStream, ChatCallFilter
 from proxy.doors.chat_request import client_wants_usage, parse_chat_request
 from proxy.errors import ProxyError
-from proxy.frontdoor import Usage, WireRequest
+from proxy.frontdoor import AnswerCalls, Usage, WireRequest
 from proxy.overflow import Overflow, classify_overflow
 from proxy.streaming import error_event, error_status
 
@@ -80,9 +83,15 @@ class ChatDoor:
     def parse(self, raw: bytes) -> WireRequest:
         return parse_chat_request(raw)
 
-    def render(self, request: WireRequest, view: list[Message], max_tokens: int | None) -> bytes:
+    def render(
+        self,
+        request: WireRequest,
+        view: list[Message],
+        max_tokens: int | None,
+        tools: Sequence[ToolSchema] = (),
+    ) -> bytes:
         wants_usage = client_wants_usage(request.body)
-        if view is request.messages and max_tokens is None:
+        if view is request.messages and max_tokens is None and not tools:
             if not request.stream or wants_usage:
                 return request.raw
             if "stream_options" not in request.body:
@@ -91,6 +100,8 @@ class ChatDoor:
                 return _USAGE_OPTION + request.raw[start:]
         body: dict[str, Any] = dict(request.body)
         body["messages"] = view
+        if tools:
+            body["tools"] = [*(body.get("tools") or []), *tools]
         if request.stream and not wants_usage:
             options = body.get("stream_options")
             body["stream_options"] = {
@@ -142,6 +153,18 @@ class ChatDoor:
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
         )
+
+    def tool_calls(self, answer: bytes, name: str) -> AnswerCalls | None:
+        return chat_recall.tool_calls(answer, name)
+
+    def without_calls(self, answer: bytes, name: str) -> bytes:
+        return chat_recall.without_calls(answer, name)
+
+    def answer_stream(self, name: str) -> ChatAnswerStream:
+        return ChatAnswerStream(name)
+
+    def call_filter(self, name: str) -> ChatCallFilter:
+        return ChatCallFilter(name)
 
 
 def _usage_in(raw: bytes) -> Usage | None:

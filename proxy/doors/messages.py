@@ -3,23 +3,26 @@
 `system` and the messages become chat-shaped messages for the core (see `messages_blocks`);
 a request ctxgate does not change is forwarded as the client's bytes, a changed one is rebuilt
 with every field ctxgate does not use untouched, the client's cache breakpoints kept and the
-ones left spent on the rewritten prefix (see `messages_cache`).
+ones left spent on the rewritten prefix (see `messages_cache`). ctxgate's own tool (offered,
+called, answered, hidden from the client) is `messages_recall`'s business.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 import orjson
 
 from compression.engine import SummaryCall, SummaryReply
-from compression.types import Message
+from compression.types import Message, ToolSchema
 from proxy.doors import messages_events as events
+from proxy.doors import messages_recall as recall
 from proxy.doors.messages_blocks import ORIGINAL, original_of, render_view
 from proxy.doors.messages_cache import place_breakpoints
 from proxy.doors.messages_request import read_body
 from proxy.errors import ProxyError, UpstreamStatus
-from proxy.frontdoor import Usage, WireRequest
+from proxy.frontdoor import AnswerCalls, Usage, WireRequest
 from proxy.overflow import Overflow, classify_overflow
 
 
@@ -42,11 +45,19 @@ class MessagesDoor:
             passthrough=None if read.messages else "no messages",
         )
 
-    def render(self, request: WireRequest, view: list[Message], max_tokens: int | None) -> bytes:
-        if view is request.messages and max_tokens is None:
+    def render(
+        self,
+        request: WireRequest,
+        view: list[Message],
+        max_tokens: int | None,
+        tools: Sequence[ToolSchema] = (),
+    ) -> bytes:
+        if view is request.messages and max_tokens is None and not tools:
             return request.raw
         rendered = render_view(without_stale_markers(view, request.messages))
         body: dict[str, Any] = dict(request.body)
+        if tools:
+            body["tools"] = recall.with_tools(body.get("tools"), tools)
         system, messages = place_breakpoints(
             rendered.system, rendered.messages, body.get("tools"), rendered.last_written
         )
@@ -81,6 +92,18 @@ class MessagesDoor:
 
     def summary_reply(self, answer: bytes) -> SummaryReply:
         return events.summary_reply(answer)
+
+    def tool_calls(self, answer: bytes, name: str) -> AnswerCalls | None:
+        return recall.tool_calls(answer, name)
+
+    def without_calls(self, answer: bytes, name: str) -> bytes:
+        return recall.without_calls(answer, name)
+
+    def answer_stream(self, name: str) -> recall.MessagesAnswerStream:
+        return recall.MessagesAnswerStream(name)
+
+    def call_filter(self, name: str) -> recall.MessagesCallFilter:
+        return recall.MessagesCallFilter(name)
 
 
 def without_stale_markers(view: list[Message], current: list[Message]) -> list[Message]:

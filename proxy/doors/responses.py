@@ -3,17 +3,21 @@
 Input items become chat-shaped messages that carry their items (`responses_items`), the view
 goes back as items (`responses_render`), and the stream is read by `ResponsesWatch`. A request
 ctxgate does not change, or must not (its history is on the provider), is forwarded as the
-client's bytes.
+client's bytes. ctxgate's own tool (offered, called, answered, hidden from the client) is
+`responses_recall`'s business.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from compression.engine import SummaryCall, SummaryReply
-from compression.types import Message
-from proxy.doors import responses_stream, responses_wire
+from compression.types import Message, ToolSchema
+from proxy.doors import responses_recall, responses_stream, responses_wire
+from proxy.doors.responses_recall import ResponsesAnswerStream, ResponsesCallFilter
 from proxy.doors.responses_stream import ResponsesWatch
 from proxy.errors import ProxyError
-from proxy.frontdoor import Usage, WireRequest
+from proxy.frontdoor import AnswerCalls, Usage, WireRequest
 from proxy.overflow import Overflow
 
 
@@ -25,7 +29,15 @@ class ResponsesDoor:
     def parse(self, raw: bytes) -> WireRequest:
         return responses_wire.parse_request(raw)
 
-    def render(self, request: WireRequest, view: list[Message], max_tokens: int | None) -> bytes:
+    def render(
+        self,
+        request: WireRequest,
+        view: list[Message],
+        max_tokens: int | None,
+        tools: Sequence[ToolSchema] = (),
+    ) -> bytes:
+        if tools:
+            return responses_recall.render_request(request, view, max_tokens, tools)
         if request.passthrough or (view is request.messages and max_tokens is None):
             return request.raw
         return responses_wire.render_request(request, view, max_tokens)
@@ -50,3 +62,15 @@ class ResponsesDoor:
 
     def summary_reply(self, answer: bytes) -> SummaryReply:
         return responses_wire.summary_reply(answer)
+
+    def tool_calls(self, answer: bytes, name: str) -> AnswerCalls | None:
+        return responses_recall.tool_calls(answer, name)
+
+    def without_calls(self, answer: bytes, name: str) -> bytes:
+        return responses_recall.without_calls(answer, name)
+
+    def answer_stream(self, name: str) -> ResponsesAnswerStream:
+        return ResponsesAnswerStream(name)
+
+    def call_filter(self, name: str) -> ResponsesCallFilter:
+        return ResponsesCallFilter(name)

@@ -114,11 +114,17 @@ def chat_tools(tools: list[Any] | None) -> list[ToolSchema] | None:
 
 
 def render_request(request: WireRequest, view: list[Message], max_tokens: int | None) -> bytes:
+    return orjson.dumps(request_body(request, view, max_tokens))
+
+
+def request_body(
+    request: WireRequest, view: list[Message], max_tokens: int | None
+) -> dict[str, Any]:
     body: dict[str, Any] = dict(request.body)
     body["input"] = to_items(view, request.messages)
     if max_tokens is not None:
         body["max_output_tokens"] = max_tokens
-    return orjson.dumps(body)
+    return body
 
 
 def answer_usage(answer: bytes) -> Usage | None:

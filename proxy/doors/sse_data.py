@@ -1,0 +1,28 @@
+"""The data of one complete SSE event, and the event with its data replaced (pure).
+
+A call filter rewrites a few events of a relayed stream; everything else about the event (its
+`event:` line, its blank-line end) stays as the upstream sent it.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DATA_LINE = re.compile(rb"^data:[ ]?([^\r\n]*)(\r\n|\r|\n|$)", re.MULTILINE)
+
+
+def data_of(event: bytes) -> bytes:
+    """The event's data: its `data:` lines joined by newlines."""
+    return b"\n".join(match.group(1) for match in _DATA_LINE.finditer(event))
+
+
+def with_data(event: bytes, data: bytes) -> bytes:
+    """The event with its data lines replaced by one line holding `data`."""
+    matches = list(_DATA_LINE.finditer(event))
+    if not matches:
+        return event
+    pieces = [event[: matches[0].start()], b"data: ", data, matches[0].group(2) or b"\n"]
+    # What lies between and after the data lines (an `id:` line, the blank-line end) stays.
+    ends = [match.start() for match in matches[1:]] + [len(event)]
+    pieces.extend(event[match.end() : end] for match, end in zip(matches, ends, strict=True))
+    return b"".join(pieces)
