@@ -2,9 +2,10 @@
 
 Three corpus sessions of >= 5 windows (8K) are replayed through a real ctxgate with background
 compression on and off. Hard gates: no overflow reaches the client, every forwarded request is
-structurally valid, ctxgate bills fewer prompt tokens than sending the full history, the
-newest user message is forwarded verbatim on every turn, and the user's earlier words survive
-as far as the budget allows (floors measured, not aspirations).
+structurally valid, ctxgate bills fewer prompt tokens than sending the full history, the newest
+user message is forwarded verbatim on every turn, the user's earlier words survive as far as
+the budget allows (floors measured, not aspirations), nothing compressed is unrecoverable, and
+planted facts are answered through ctxgate's recall tool.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from bench.eval import config_from, parse_args, run
-from bench.evaluation.corpus import CorpusMissing
-from bench.evaluation.runner import EvalResults, SessionResult
+from bench.evaluation.corpus import CorpusMissing, build_sessions, find_corpus
+from bench.evaluation.needles import plant
+from bench.evaluation.replay import replay
+from bench.evaluation.runner import ARMS, REPO, EvalResults, SessionResult
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +110,7 @@ def test_the_task_statement_survives_and_no_tool_output_poses_as_the_user(
 def test_results_are_written(quick: tuple[EvalResults, Path]) -> None:
     _, out = quick
     data = json.loads((out / "eval.json").read_text())
-    assert {s["name"] for s in data["sessions"]} == {"tau-8k-0", "swe-text-8k-0", "agents-8k-0"}
+    assert {s["name"] for s in data["sessions"]} == {"tau-8k-0", "swe-text-8k-0", "swe-fc-8k-0"}
     table = (out / "eval.md").read_text()
     assert "| tau-8k-0 |" in table
     assert (out / "eval.png").stat().st_size > 10_000
@@ -116,24 +119,15 @@ def test_results_are_written(quick: tuple[EvalResults, Path]) -> None:
 def test_every_removed_message_is_archived_and_recoverable(
     quick: tuple[EvalResults, Path],
 ) -> None:
-    """What compressions removed from the final view is in ctxgate's archive (admin API), and
-    once the view names handles, reachable through one."""
+    """What compressions removed from the final view is in ctxgate's archive (read over the
+    admin API) and named by a handle in the view: nothing is lost."""
     results, _ = quick
     for session, name in _arms(results):
         kept = session.arms[name].recoverable
         assert kept.messages > 100, f"{session.name}/{name}: too few messages to test"
-        assert kept.verbatim < kept.messages, f"{session.name}/{name}: nothing was compressed"
+        assert kept.verbatim < kept.messages / 2, f"{session.name}/{name}: too little compressed"
         assert kept.lost == [], f"{session.name}/{name}: lost positions {kept.lost[:10]}"
-        assert kept.with_archive == (kept.messages, kept.messages)
-    if not _recall_offered(results):
-        pytest.skip("ctxgate names no handles yet (waits for the recall tool on main)")
-    for session, name in _arms(results):
-        kept = session.arms[name].recoverable
         assert kept.recoverable == (kept.messages, kept.messages), f"{session.name}/{name}"
-
-
-def _recall_offered(results: EvalResults) -> bool:
-    return any(p.offered for s in results.sessions for a in s.arms.values() for p in a.probes)
 
 
 MIN_FACTS_ANSWERED = 0.95
@@ -144,20 +138,36 @@ def test_planted_facts_are_answered_through_the_recall_tool(
 ) -> None:
     """After the last turn the client asks about every planted fact (every other question
     streamed); facts compressed out of the view are answered after ctxgate served the recall
-    model's `ctxgate_recall` calls from its archive."""
+    model's `ctxgate_recall` calls from its archive; the client never sees such a call."""
     results, _ = quick
     probes = [p for s in results.sessions for a in s.arms.values() for p in a.probes]
-    assert len(probes) >= 6 * len(_arms(results)) - 2
-    assert {p.streamed for p in probes} == {True, False}
+    assert len(probes) >= 20
     assert all(p.error is None for p in probes), [p.error for p in probes if p.error][:3]
-    assert all(p.correct for p in probes if p.in_view)
-    out_of_view = [p for p in probes if not p.in_view]
-    assert out_of_view, "every planted fact stayed in view: the recall path is not exercised"
-    if not _recall_offered(results):
-        pytest.skip("ctxgate does not offer ctxgate_recall yet (waits for the recall tool on main)")
+    assert all(p.offered for p in probes)
     assert not any(p.client_tool_call for p in probes), "a recall call reached the client"
     correct = sum(p.correct for p in probes)
     assert correct >= MIN_FACTS_ANSWERED * len(probes), f"{correct}/{len(probes)} facts"
-    recalled = [p for p in out_of_view if p.correct]
-    assert recalled and all(p.recall_calls > 0 for p in recalled)
+    recalled = [p for p in probes if not p.in_view and p.correct]
+    assert len(recalled) >= len(probes) // 2, "the recall path is barely exercised"
+    assert all(p.recall_calls > 0 for p in recalled)
     assert {p.streamed for p in recalled} == {True, False}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ctxgate: a recall round overflows an 8K window beside large tool schemas "
+    "(OpenCode's take 4.7K tokens): proxy/recall.py budget() counts the view's messages, not "
+    "the tools, once the turn's estimate is None",
+)
+def test_planted_facts_are_answered_beside_large_tool_schemas() -> None:
+    """The recorded OpenCode/aider session at 8K (too small for OpenCode's 7.2K-token prompt
+    and tools, so the eval replays it from 16K on): the recall rounds must still fit."""
+    try:
+        session = build_sessions(find_corpus(REPO), ["agents"], 8192, 5.0)[0]
+    except CorpusMissing as exc:
+        pytest.skip(f"shared corpus not found: {exc}")
+    plant(session)
+    run = replay(session, options=ARMS["main"].options(8192), measure_direct=False)
+    assert len(run.probes) == 6 and all(p.offered for p in run.probes)
+    correct = sum(p.correct for p in run.probes)
+    assert correct >= MIN_FACTS_ANSWERED * len(run.probes), [p.answer for p in run.probes]

@@ -102,7 +102,10 @@ def test_a_fact_out_of_view_is_searched_then_read_then_answered(
         {"name": RECALL_TOOL, "arguments": {"query": "access code for the north gate"}}
     ]
 
-    listing = "m17 (user): …the access code for the north gate is…\nm30 (tool): gate logs"
+    listing = (
+        "Archived messages matching 'access code for the north gate', best first:\n"
+        "- m17 (user): …the access code for the north gate is…\n- m30 (tool): gate logs"
+    )
     view += _after_call(calls[0]["arguments"], listing)
     text, calls = _ask(client, view, stream)
     assert calls == [{"name": RECALL_TOOL, "arguments": {"handle": "m17"}}]
@@ -115,7 +118,7 @@ def test_a_fact_out_of_view_is_searched_then_read_then_answered(
 def test_a_rewritten_message_that_mentions_the_subject_is_read_by_its_handle(
     client: openai.OpenAI,
 ) -> None:
-    clipped = "Notes about the north gate …\n[archived original: m12 — ctxgate_recall reads it]"
+    clipped = "Notes about the north gate …\n[archived: m12]"
     text, calls = _ask(client, [user(clipped), user(QUESTION)], stream=False)
     assert calls == [{"name": RECALL_TOOL, "arguments": {"handle": "m12"}}]
 
@@ -124,9 +127,32 @@ def test_without_the_tool_or_after_a_fruitless_search_it_says_so(client: openai.
     text, calls = _ask(client, [user("Nothing here."), user(QUESTION)], False, tools=False)
     assert calls == [] and "not in this conversation" in text
 
-    view = [user("Nothing here."), user(QUESTION), *_after_call({"query": "x"}, "no match")]
+    view = [user("Nothing here."), user(QUESTION)]
+    view += _after_call({"query": "access code for the north gate"}, "No archived message.")
+    text, calls = _ask(client, view, stream=False)
+    assert calls == [{"name": RECALL_TOOL, "arguments": {"query": "north gate"}}]
+    view += _after_call({"query": "north gate"}, "No archived message matches 'north gate'.")
     text, calls = _ask(client, view, stream=False)
     assert calls == [] and "not in this conversation" in text
+
+
+def test_a_code_a_snippet_cut_short_is_read_in_full_first(client: openai.OpenAI) -> None:
+    listing = "- m17 (user): …note. The access code for the north gate is NEEDLE-00c0…"
+    view = [user("Summary."), user(QUESTION), *_after_call({"query": "q"}, listing)]
+    text, calls = _ask(client, view, stream=False)
+    assert calls == [{"name": RECALL_TOOL, "arguments": {"handle": "m17"}}]
+
+
+def test_the_best_hit_is_read_when_no_snippet_shows_the_subject(client: openai.OpenAI) -> None:
+    listing = "- m40 (user): …backup:x:34:34:backup…\n- m9 (tool): …gate…"
+    first = {"query": "access code for the north gate"}
+    view = [user("Summary."), user(QUESTION), *_after_call(first, listing)]
+    text, calls = _ask(client, view, stream=False)
+    assert calls == [{"name": RECALL_TOOL, "arguments": {"handle": "m40"}}]
+
+    view += _after_call({"handle": "m40"}, "m40 (user):\nbackup:x:34:34:backup")
+    text, calls = _ask(client, view, stream=False)
+    assert calls == [{"name": RECALL_TOOL, "arguments": {"query": "north gate"}}]
 
 
 def test_other_requests_go_to_the_wrapped_responder(client: openai.OpenAI) -> None:

@@ -3,7 +3,7 @@ forwarded view or through a handle the view names and ctxgate's archive holds.
 
 The handles a view names are read as the compressor writes them (compression/handles.py): the
 summary's "[Archived originals: m2-m40, m43 — …]" line and a rewritten message's
-"[archived original: m12 — …]" suffix. The archive is what ctxgate's admin API serves
+"[archived: m12]" suffix. The archive is what ctxgate's admin API serves
 (`GET /admin/sessions/{scope}/{key}/archive`), fetched over HTTP by the replay.
 """
 
@@ -22,7 +22,7 @@ from compression.handles import parse_handles
 Fraction = tuple[int, int]
 
 _ARCHIVE_LINE = re.compile(r"\[Archived originals: ([^\]\n]*?)(?: \u2014[^\]\n]*)?\]")
-_SUFFIX = re.compile(r"\[archived original: (m\d+)\b")
+_SUFFIX = re.compile(r"\[archived: (m\d+)\]")
 NO_LIMIT = 10**9
 
 

@@ -22,6 +22,9 @@ from bench.evaluation.replay import replay
 
 REPO = Path(__file__).resolve().parents[2]
 KIND_CYCLE = ("tau", "swe-text", "agents", "swe-fc", "tau", "swe-text")
+# OpenCode's system prompt and tool schemas alone take 7.2K tokens: at 8K a single tool output
+# cannot fit beside them, whatever a proxy does.
+MIN_WINDOW = {"agents": 16384}
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,9 @@ class EvalConfig:
     def size_at(self, window: int) -> float:
         return self.size_factor if window < LARGE_WINDOW else min(self.size_factor, LARGE_SIZE)
 
-    def kinds(self, window: int | None = None) -> list[str]:
-        count = self.sessions if window is None else self.sessions_at(window)
-        return [KIND_CYCLE[i % len(KIND_CYCLE)] for i in range(count)]
+    def kinds(self, window: int) -> list[str]:
+        usable = [kind for kind in KIND_CYCLE if window >= MIN_WINDOW.get(kind, 0)]
+        return [usable[i % len(usable)] for i in range(self.sessions_at(window))]
 
 
 @dataclass

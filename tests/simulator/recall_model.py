@@ -12,8 +12,9 @@ A planted fact is the sentence ``fact_sentence(label, subject, code)``
    in the view -> answer with it;
 2. else, when the request offers the ``ctxgate_recall`` tool, call it: with a handle when a
    handle in view points at a message that mentions the subject (a rewritten message's
-   ``[archived original: mN …]`` suffix, or an ``mN (role): …`` line of an earlier search
-   result), else with a query made of the probe's words; at most `max_calls` calls;
+   ``[archived: mN]`` suffix, or an ``- mN (role): …`` line of an earlier search result),
+   else with a query made of the probe's words, then of the subject's words alone; at most
+   `max_calls` calls;
 3. else answer that the fact is not in the conversation.
 
 Chat-shaped requests only (``tool_calls`` / ``tool`` messages); a streamed request gets the same
@@ -34,8 +35,8 @@ from .replies import message_text
 
 RECALL_TOOL = "ctxgate_recall"
 QUESTION = re.compile(r"^What is the (?P<label>[^?\n]+?) for (?P<subject>[^?\n]+?)\?")
-SUFFIX_HANDLE = re.compile(r"\[archived original: (m\d+)\b")
-RESULT_LINE = re.compile(r"^(m\d+) \(([^)\n]*)\)", re.MULTILINE)
+SUFFIX_HANDLE = re.compile(r"\[archived: (m\d+)\]")
+RESULT_LINE = re.compile(r"^(?:- )?(m\d+) \(([^)\n]*)\)", re.MULTILINE)
 
 Message = dict[str, Any]
 Other = Callable[[dict[str, Any]], Any]
@@ -50,7 +51,8 @@ def fact_question(label: str, subject: str) -> str:
 
 
 def fact_pattern(label: str, subject: str) -> re.Pattern[str]:
-    return re.compile(rf"The {re.escape(label)} for {re.escape(subject)} is ([\w-]+)")
+    """The fact with its whole code: not one a search snippet cut short ("NEEDLE-76…")."""
+    return re.compile(rf"The {re.escape(label)} for {re.escape(subject)} is ([\w-]+)(?![\w-]|…)")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,12 @@ class Probe:
     @property
     def query(self) -> str:
         return f"{self.label} for {self.subject}"
+
+    @property
+    def queries(self) -> tuple[str, ...]:
+        """What to search for: the question's words, then only the subject's own words."""
+        words = [w for w in self.subject.split() if w.lower() not in ("the", "a", "an")]
+        return self.query, " ".join(words)
 
     def mentioned_in(self, text: str) -> bool:
         return self.subject.lower() in text.lower()
@@ -124,7 +132,7 @@ class RecallModel:
     max_calls  recall calls per question before the model gives up"""
 
     other: Other | None = None
-    max_calls: int = 3
+    max_calls: int = 4
 
     def __call__(self, body: dict[str, Any]) -> Any:
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
@@ -147,21 +155,30 @@ class RecallModel:
         handle = _handle_in(after, probe, read) or _handle_in(before, probe, read)
         if handle is not None:
             return _call({"handle": handle})
-        if any(c.get("query") for c in calls):
+        searched = {str(c.get("query")) for c in calls if c.get("query")}
+        query = next((q for q in probe.queries if q not in searched), None)
+        if query is None:
             return Reply(content=f"The {probe.query} is not in this conversation.")
-        return _call({"query": probe.query})
+        return _call({"query": query})
 
 
 def _handle_in(messages: list[Message], probe: Probe, read: set[str]) -> str | None:
-    """A handle not read yet that points at a message mentioning the probe's subject: an
-    `mN (role): …` line of a search result, or a rewritten message's suffix."""
+    """A handle not read yet: an `- mN (role): …` line of the newest search result that
+    mentions the probe's subject, else that result's best hit (its snippet may show another
+    part of the message); or a rewritten message's suffix when the message mentions it."""
+    newest_result = True
     for message in reversed(messages):
         text = message_text(message)
         if message.get("role") == "tool":
-            for line in text.splitlines():
-                hit = RESULT_LINE.match(line)
-                if hit and hit.group(1) not in read and probe.mentioned_in(line):
-                    return hit.group(1)
+            hits = [
+                (hit.group(1), line)
+                for line in text.splitlines()
+                if (hit := RESULT_LINE.match(line)) and hit.group(1) not in read
+            ]
+            named = [h for h, line in hits if probe.mentioned_in(line)]
+            if named or (hits and newest_result):
+                return (named or [hits[0][0]])[0]
+            newest_result = False
             continue
         suffix = SUFFIX_HANDLE.search(text)
         if suffix and suffix.group(1) not in read and probe.mentioned_in(text):
