@@ -143,6 +143,13 @@ def test_a_code_a_snippet_cut_short_is_read_in_full_first(client: openai.OpenAI)
     assert calls == [{"name": RECALL_TOOL, "arguments": {"handle": "m17"}}]
 
 
+def test_of_two_copies_in_view_the_whole_code_is_answered(client: openai.OpenAI) -> None:
+    carried = "- The access code for the north gate is N\n- next line"
+    view = [user(carried), user(f"Earlier: {FACT}"), user(QUESTION)]
+    text, calls = _ask(client, view, stream=False)
+    assert calls == [] and CODE in text
+
+
 def test_the_best_hit_is_read_when_no_snippet_shows_the_subject(client: openai.OpenAI) -> None:
     listing = "- m40 (user): …backup:x:34:34:backup…\n- m9 (tool): …gate…"
     first = {"query": "access code for the north gate"}

@@ -194,10 +194,10 @@ def arms_table(results: EvalResults) -> list[str]:
         "added ms p50/p95/max",
         "sync-compression turns",
     ]
-    full = sum(s.full.total for s in results.sessions)
     rows = []
     for name in results.config.arms:
         arms = [s.arms[name] for s in results.sessions if name in s.arms]
+        full = sum(s.full.total for s in results.sessions if name in s.arms)
         counts: Counter[str] = Counter()
         for arm in arms:
             counts.update(arm.compressions)

@@ -145,9 +145,10 @@ class RecallModel:
     def answer(
         self, probe: Probe, before: list[Message], after: list[Message], body: dict[str, Any]
     ) -> Reply:
-        found = probe.pattern.search(_text(after)) or probe.pattern.search(_text(before))
-        if found:
-            return Reply(content=fact_sentence(probe.label, probe.subject, found.group(1)))
+        # The longest code seen: a summary may carry the sentence cut short ("… is N").
+        codes = probe.pattern.findall(_text(after)) or probe.pattern.findall(_text(before))
+        if codes:
+            return Reply(content=fact_sentence(probe.label, probe.subject, max(codes, key=len)))
         calls = recall_calls(after)
         if RECALL_TOOL not in tool_names(body) or len(calls) >= self.max_calls:
             return Reply(content=f"The {probe.query} is not in this conversation.")
