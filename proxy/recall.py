@@ -226,7 +226,7 @@ class Recaller:
 
     def offer(self, turn: Turn) -> Turn:
         """The turn with the recall tool among those it sends, when it is offered."""
-        if not offered(turn, self.settings) or not hasattr(turn.door, "answer_stream"):
+        if not offered(turn, self.settings):
             return turn
         return replace(turn, tools=(*turn.tools, RECALL_SCHEMA))
 
