@@ -191,10 +191,16 @@ class Compactor:
                 await self._record_miss(turn, trigger, result, duration_ms)
                 missed = replace(turn, state=result.state)
                 return Applied(False, result.outcome, result.error, missed)
-            replaced = replacement(turn.view, result.messages, _origins(turn))
+            origins = _origins(turn)
+            replaced = replacement(turn.view, result.messages, origins)
             key, checkpoint_id = await self._commit(turn, trigger, result, replaced, duration_ms)
             note = CompressionNote(
-                trigger, result.outcome, result.tokens_before, result.tokens_after, checkpoint_id
+                trigger,
+                result.outcome,
+                result.tokens_before,
+                result.tokens_after,
+                checkpoint_id,
+                _clip_labels(result, origins),
             )
             done = turn.with_view(
                 result.messages,
@@ -284,6 +290,17 @@ def _origins(turn: Turn) -> Sources:
         replaced = turn.view[: turn.replacement_len]
         sources = aligned_sources(replaced, turn.messages[: turn.prefix_len])
     return view_sources(sources, turn.replacement_len, turn.prefix_len, len(turn.view))
+
+
+def _clip_labels(result: CompressionResult, origins: Sources) -> tuple[str, ...]:
+    """What the result clipped: the client position (or `v` and the view position of a message
+    ctxgate wrote), the tokens kept and the original's."""
+    labels = []
+    for clip in result.clipped:
+        at = origins[clip.index] if clip.index < len(origins) else None
+        where = f"m{at}" if at is not None else f"v{clip.index}"
+        labels.append(f"{where}:{clip.kept_tokens}/{clip.original_tokens}")
+    return tuple(labels)
 
 
 def _plain(messages: Sequence[Message]) -> list[dict[str, Any]]:
