@@ -19,10 +19,11 @@ there for the model to read, which a summary cannot reproduce. Only the newest c
 is pinned: aider resends its files message every turn, and a client may paste a text twice.
 
 What fits: hard pins take the budget first; when they exceed it, each is clipped (head and
-tail kept, the middle cut) to the same share of its size, down to `MIN_KEEP` of it; below
-that the clip would drop most of what the client placed and the plan refuses instead, saying
-what is pinned and how large. Pastes then take what is left, newest first and whole; a paste
-that does not fit is summarized like any other message (a guess never clips, never refuses).
+tail kept, the middle cut), the largest first to a common size, none below `MIN_KEEP` of
+its own; when even that does not fit, a clip would drop most of what the client placed and the
+plan refuses instead, saying what is pinned and how large. Pastes then take what is left,
+newest first and whole; a paste that does not fit is summarized like any other message (a
+guess never clips, never refuses).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ PIN_MARKER = "[ctxgate:pin]"
 AIDER_FILES = "I have *added these files to the chat*"
 AIDER_READ_ONLY = "Here are some READ ONLY files"
 MIN_KEEP = 0.5  # of a hard pin's tokens, the least a clip may keep
+MIN_CUT_TOKENS = 32  # cutting less than this from a pin is not worth the clip marker
 CLIP_TRIES = 4  # the clip marker and uneven token density can overshoot a little
 
 Kind = Literal["files", "read-only", "marker", "paste"]
@@ -159,8 +161,11 @@ def plan_pins(
     if total > budget:
         if total * MIN_KEEP > budget:
             return PinPlan((), budget, _refusal(hard, total, budget))
-        share = budget / total
-        hard = [_clipped(pin, int(pin.tokens * share), count_message) for pin in hard]
+        targets = clip_targets([pin.tokens for pin in hard], budget)
+        hard = [
+            _clipped(pin, target, count_message) if target < pin.tokens else pin
+            for pin, target in zip(hard, targets, strict=True)
+        ]
     room = budget - sum(pin.tokens for pin in hard)
     kept = list(hard)
     for pin in reversed([pin for pin in pinned if not pin.hard]):
@@ -169,6 +174,25 @@ def plan_pins(
             room -= pin.tokens
     kept.sort(key=lambda pin: pin.index)
     return PinPlan(tuple(kept), budget)
+
+
+def clip_targets(sizes: Sequence[int], budget: int) -> list[int]:
+    """Tokens each pin keeps so they total at most `budget` (when half of each fits): the
+    largest are cut to a common cap first, none below `MIN_KEEP` of its size, so a short pin
+    is not cut to nothing for a large one's sake."""
+    floors = [int(size * MIN_KEEP) for size in sizes]
+
+    def kept(cap: int) -> list[int]:
+        return [max(floor, min(size, cap)) for size, floor in zip(sizes, floors, strict=True)]
+
+    low, high = 0, max(sizes, default=0)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if sum(kept(middle)) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return kept(low)
 
 
 def _refusal(hard: Sequence[Pin], total: int, budget: int) -> str:
@@ -183,7 +207,10 @@ def _refusal(hard: Sequence[Pin], total: int, budget: int) -> str:
 
 
 def _clipped(pin: Pin, keep: int, count_message: Callable[[Message], int]) -> Pin:
-    """The pin's message cut to about `keep` tokens, its head and tail kept."""
+    """The pin's message cut to about `keep` tokens, its head and tail kept (whole when so
+    little would be cut that the clip marker outweighs it)."""
+    if pin.tokens - keep < MIN_CUT_TOKENS:
+        return pin
     share = keep / max(pin.tokens, 1)
     clipped = pin.message
     size = pin.tokens
@@ -192,7 +219,7 @@ def _clipped(pin: Pin, keep: int, count_message: Callable[[Message], int]) -> Pi
         size = count_message(clipped)
         if size <= keep:
             break
-        share *= 0.85
+        share *= min(keep / size, 0.98)
     return Pin(pin.index, pin.kind, size, clipped, pin.tokens)
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from compression.compressor import Compressor
 from compression.content import content_text
 from compression.options import CompressorOptions
-from compression.pins import MIN_KEEP, PIN_MARKER, find_pins, plan_pins
+from compression.pins import MIN_KEEP, PIN_MARKER, clip_targets, find_pins, plan_pins
 from compression.types import Message
 from tests.compression import aider
 from tests.compression.builders import context, reply, system, user
@@ -98,6 +98,13 @@ def test_pins_over_the_budget_are_clipped_and_far_over_it_refused() -> None:
     refused = plan_pins(found, int(size * MIN_KEEP) - 1, COUNTER.count_message)
     assert refused.pins == () and refused.refused is not None
     assert "aider's added files (message 1" in refused.refused and "/drop" in refused.refused
+
+
+def test_the_largest_pins_are_cut_first_and_none_below_half() -> None:
+    assert clip_targets([9000, 200, 800], 6000) == [5000, 200, 800]
+    assert clip_targets([4000, 4000], 6000) == [3000, 3000]
+    assert clip_targets([9000, 3000], 6000) == [4500, 1500]  # both at their floor
+    assert sum(clip_targets([5000, 1000], 3481)) <= 3481
 
 
 def test_a_paste_that_does_not_fit_is_released_not_clipped() -> None:
