@@ -86,11 +86,11 @@ def offered(turn: Turn, settings: RecallSettings) -> bool:
     return choice is None or choice in _OPEN_CHOICES
 
 
-def budget(turn: Turn, settings: RecallSettings, counter: TokenCounter) -> Budget:
+def budget(turn: Turn, settings: RecallSettings, used: int, counter: TokenCounter) -> Budget:
     """The request's recall allowance: the settings, within the room the window has left
     and, when the client set an output limit, within what that limit can give up (a
-    provider that counts it refuses a prompt that grows into it; see `_output_after`)."""
-    used = turn.estimate if turn.estimate is not None else counter.count_messages(turn.view)
+    provider that counts it refuses a prompt that grows into it; see `_output_after`).
+    `used` is the view's estimate, tools included."""
     room = turn.context_length - used - (reservation(turn) or 0) - _overhead(counter)
     asked = _asked(turn)
     if asked is not None:
@@ -239,11 +239,13 @@ class Recaller:
         store: SessionStore,
         settings: RecallSettings,
         counter: Callable[[Turn], TokenCounter],
+        estimate: Callable[[Turn], int],
         metrics: Metrics,
     ) -> None:
         self.store = store
         self.settings = settings
         self.counter = counter
+        self.estimate = estimate  # the view's tokens, tools included, calibrated
         self.metrics = metrics
 
     def offer(self, turn: Turn) -> Turn:
@@ -253,7 +255,7 @@ class Recaller:
         return replace(turn, tools=(*turn.tools, RECALL_SCHEMA))
 
     def budget(self, turn: Turn) -> Budget:
-        return budget(turn, self.settings, self.counter(turn))
+        return budget(turn, self.settings, self.estimate(turn), self.counter(turn))
 
     async def answer(self, turn: Turn, found: AnswerCalls, left: Budget) -> tuple[Turn, Budget]:
         """The turn going on with the calls answered, and what is left to spend."""
