@@ -18,7 +18,6 @@ from proxy.identity import scope_for
 from tests.compression import aider
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
-from tests.simulator.tokens import count_text
 
 WINDOW = 8192
 MODEL = "aider-8k"
@@ -26,19 +25,6 @@ ADMIN = {"Authorization": "Bearer adm"}
 KEY = "sk-aider"
 ASKS = ["Add retries with exponential backoff to fetch() in net/client.py; keep its signature."]
 ASKS += [f"Now make attempt {n} log its delay and the URL." for n in range(1, 14)]
-
-
-def source_file(tokens: int) -> str:
-    """Python source of about `tokens` tokens, each line distinct (a clip shows)."""
-    lines: list[str] = []
-    n = 0
-    while count_text("\n".join(lines)) < tokens:
-        lines += [
-            f"def handler_{n}(request, retries={n}):",
-            f"    return backoff(request, base={n % 7}, cap={n * 3}, label='h{n}')",
-        ]
-        n += 1
-    return "\n".join(lines)
 
 
 def answer_like_aider(body: dict[str, Any]) -> Reply | None:
@@ -94,7 +80,7 @@ def test_aiders_added_file_is_in_every_request_after_compressions(
 ) -> None:
     # At 3,300 tokens the file fits the window, but not the tail of a compressed view: it was
     # summarized away from every request after the first compression.
-    file_text = source_file(3300)
+    file_text = aider.source_file(3300)
     headers = run_aider(sim, db_path, file_text, ASKS)
     views = forwarded(sim)
     assert len(views) == len(ASKS)
@@ -107,7 +93,7 @@ def test_aiders_added_file_is_in_every_request_after_compressions(
 def test_a_file_larger_than_the_window_gets_context_length_exceeded(
     sim: Simulator, db_path: str
 ) -> None:
-    file_text = source_file(17_700)
+    file_text = aider.source_file(17_700)
     with proxy_for(sim, db_path) as proxy:
         client = openai.OpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0)
         with pytest.raises(openai.BadRequestError) as raised:
@@ -137,7 +123,7 @@ def test_a_marker_pinned_message_survives_compressions(sim: Simulator, db_path: 
 def test_a_file_over_the_pin_share_is_clipped_with_a_header_and_archived(
     sim: Simulator, db_path: str
 ) -> None:
-    file_text = source_file(4600)
+    file_text = aider.source_file(4600)
     files = aider.FILES_PREFIX + "net/client.py\n```\n" + file_text + "\n```"
     with proxy_for(sim, db_path) as proxy:
         client = openai.OpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0)
