@@ -278,7 +278,7 @@ class Conversations:
         """The manual trigger: compress the session's latest view now when this process holds
         it, else ask (in the database) for a compression of its next request, on whatever
         replica serves it. None: no such session."""
-        last = self.sessions.held.get(key)
+        last = self.sessions.held_turn(key)
         if last is None:
             return await self._schedule(key, focus)
         turn = replace(last, notes=(), estimate=None)
