@@ -78,8 +78,10 @@ def carry_candidates(
     skip: int | None,
     ledger: Ledger,
     observations: frozenset[int] | None = None,
+    pinned: frozenset[int] = frozenset(),
 ) -> list[Carried]:
-    """Oldest first. `skip` is the newest user message when it is restated separately.
+    """Oldest first. `skip` is the newest user message when it is restated separately;
+    `pinned` are messages the view keeps verbatim outside the summary.
 
     The opening candidates are the user messages sent before the first reply, or else the
     first message an earlier summary carried (where that summary kept the original request).
@@ -100,7 +102,8 @@ def carry_candidates(
                     opening = not found and not replied
                     found.append(Carried(text, None, states_constraint(text), opening))
             replied = True  # whatever the summary was merged into came after earlier turns
-        if index == skip or message.get("role") != "user" or index in observations:
+        own = message.get("role") == "user" and index not in observations
+        if index == skip or not own or index in pinned:
             replied = replied or _replies(message)
             continue
         text = user_text(message)
@@ -266,17 +269,18 @@ def carry_section(
     options: CompressorOptions,
     count: Callable[[str], int],
     kept: Sequence[Message | str],
+    pinned: frozenset[int] = frozenset(),
 ) -> tuple[tuple[str, ...], AnchorIndex]:
     """The user messages and anchors a handoff carries for the plan's summarized region.
 
     `kept` is the rest of the compressed view (head, tail, summary body, …): anchors it
-    already holds verbatim are not repeated.
+    already holds verbatim are not repeated; `pinned` messages of the region are not carried.
     """
     start, end = plan.head_end, plan.tail_start
     budgets = plan.budgets
     kept_text = "\n".join(_text(item) for item in kept)
     observations = observation_indices(messages, start, end)
-    candidates = carry_candidates(messages, start, end, plan.restate, ledger, observations)
+    candidates = carry_candidates(messages, start, end, plan.restate, ledger, observations, pinned)
     overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
     header = count(USER_MESSAGES_HEADER) if candidates else 0
     users = select_carried(

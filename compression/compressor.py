@@ -26,6 +26,7 @@ from compression.invariants import CompressionInvariantError, check_invariants
 from compression.ledger import Ledger
 from compression.middle import MiddleSummary, summarize_middle
 from compression.options import CompressorOptions
+from compression.pins import PinPlan, find_pins, plan_pins
 from compression.planning import (
     MARKER_TOKENS,
     MAX_LEVEL,
@@ -79,6 +80,7 @@ class _Pass:
     ledger: Ledger
     pairing: ToolPairing
     figure: int  # the caller's real/anchored token figure, else the estimate
+    pins: PinPlan = PinPlan()  # client-placed content every compressed view keeps
 
     @property
     def calibration(self) -> float:
@@ -141,8 +143,12 @@ class Compressor:
         too_large = _fixed_part_too_large(run)
         if too_large is not None:
             return run.unchanged("rejected", with_strike(state, ctx.now), too_large)
+        run = replace(run, pins=_pins(run))
+        if run.pins.refused is not None:
+            return run.unchanged("rejected", with_strike(state, ctx.now), run.pins.refused)
         plan = _plan(run, state)
-        if not worth_summarizing(plan, ledger, run.limits.threshold):
+        pinned = sum(ledger.tokens[i] for i in _lifted(run, plan))
+        if not worth_summarizing(plan, ledger, run.limits.threshold, pinned):
             clipped = _clipped(run, state) if ctx.force else None
             if clipped is not None:
                 return clipped
@@ -180,13 +186,30 @@ def _skip_reason(run: _Pass, state: EngineState) -> str | None:
     return blocked_reason(state, run.ctx.now)
 
 
+def _pins(run: _Pass) -> PinPlan:
+    """The pinned messages of the view and what of them fits (see `compression.pins`)."""
+    options, ledger = run.options, run.ledger
+    found = find_pins(run.view, ledger.tokens, options.pin_paste_tokens, ledger.counter.count_text)
+    if not found:
+        return PinPlan()
+    return plan_pins(found, int(run.limits.threshold * options.pin_share), ledger.message)
+
+
+def _lifted(run: _Pass, plan: CutPlan) -> list[int]:
+    """The pinned messages of the plan's summarized middle: kept, right before the summary."""
+    return sorted(i for i in run.pins.indices if plan.head_end <= i < plan.tail_start)
+
+
 def _plan(run: _Pass, state: EngineState) -> CutPlan:
     """The least aggressive plan whose estimated result fits under the target."""
     decayed = state.compression_count > 0 or any(handoff_text(m) is not None for m in run.view)
     cap = int(run.limits.threshold * OPENING_SHARE)
-    fixed = fixed_end(run.view, run.ledger.tokens, cap)
+    # Pinned content has its own budget: it does not push the rest of an opening out.
+    pinned = run.pins.indices
+    unpinned = [0 if i in pinned else size for i, size in enumerate(run.ledger.tokens)]
+    fixed = fixed_end(run.view, unpinned, cap)
     head = head_end(run.view, run.options.protect_first_n, decayed, fixed)
-    fixed = run.ledger.base + run.ledger.span(0, head)
+    fixed = run.ledger.base + run.ledger.span(0, head) + run.pins.tokens_in(head, len(run.view))
     plan: CutPlan | None = None
     for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
         budgets = budgets_for(run.options, run.limits, fixed, level)
@@ -210,6 +233,7 @@ def _estimate(run: _Pass, plan: CutPlan, *, with_summary: bool = True) -> int:
     """Tokens of the planned view; without the summary it is a floor no summary can beat."""
     ledger = run.ledger
     extra = sum(ledger.tokens[i] for i in (plan.restate, plan.reply) if i is not None)
+    extra += run.pins.tokens_in(plan.head_end, plan.tail_start)
     summary = summary_tokens(run.options, plan, ledger, run.limits.context_length)
     return (
         ledger.base
@@ -306,13 +330,19 @@ def _finish(
     run: _Pass, plan: CutPlan, summary: MiddleSummary, body: str, state: EngineState
 ) -> CompressionResult:
     view, ledger, options = run.view, run.ledger, run.options
-    head = view[: plan.head_end]
-    tail, demoted = _tail(run, plan)
+    pinned = run.pins.apply(view)  # pinned messages as kept: verbatim, or their clips
+    lifted = _lifted(run, plan)
+    # Before the summary, not after it: the summary changes at every compression, so what
+    # follows it is never a cached prefix, while the head and unchanged pins stay one.
+    head = [*pinned[: plan.head_end], *(pinned[i] for i in lifted)]
+    tail, demoted = _tail(run, plan, pinned)
     restate = view[plan.restate] if plan.restate is not None else None
     reply = content_text(view[plan.reply]) if plan.reply is not None else None
     limit = _limit(run)
     kept: list[Message | str] = [*head, *tail, *([restate] if restate else []), body, reply or ""]
-    users, anchors = carry_section(view, plan, ledger, options, run.ctx.counter.count_text, kept)
+    users, anchors = carry_section(
+        view, plan, ledger, options, run.ctx.counter.count_text, kept, frozenset(lifted)
+    )
     handoff = Handoff(body, users, reply, anchors)
     result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
     after = ledger.view(result)
@@ -342,12 +372,12 @@ def _finish(
         error=note,
         failure_class=summary.failure.kind if summary.failure is not None else None,
         summary_truncated=summary.truncated,
+        clipped=run.pins.clipped,
     )
 
 
-def _tail(run: _Pass, plan: CutPlan) -> tuple[list[Message], int]:
+def _tail(run: _Pass, plan: CutPlan, view: list[Message]) -> tuple[list[Message], int]:
     """The verbatim tail; at the most aggressive level, its older tool results are demoted."""
-    view = run.view
     if plan.level < MAX_LEVEL:
         return view[plan.tail_start :], 0
     newest_call = max(

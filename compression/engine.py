@@ -103,6 +103,15 @@ class CompressionContext:
 
 
 @dataclass(frozen=True, slots=True)
+class ClippedPin:
+    """A pinned message the result holds clipped (its head and tail), not verbatim."""
+
+    index: int  # its position in the view the engine was given
+    kept_tokens: int
+    original_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class CompressionResult:
     messages: list[Message]
     outcome: Outcome
@@ -119,6 +128,8 @@ class CompressionResult:
     failure_class: str | None = None
     # The model's summary stopped at its output limit and was kept up to its last complete line.
     summary_truncated: bool = False
+    # Pinned messages (see `compression.pins`) the result holds clipped rather than verbatim.
+    clipped: tuple[ClippedPin, ...] = ()
 
 
 class ContextEngine(Protocol):
@@ -135,6 +146,7 @@ class ContextEngine(Protocol):
 
 
 __all__ = [
+    "ClippedPin",
     "CompressionContext",
     "CompressionResult",
     "ContextEngine",

@@ -54,6 +54,8 @@ class CompressorOptions:
     prune_min_chars: int = 200
     tool_args_max_chars: int = 500
     keep_images: int = 3
+    pin_share: float = 0.50  # of the threshold, most pinned content may take verbatim
+    pin_paste_tokens: int = 1500  # a user message this large is pinned as pasted material (0: off)
     cooldowns: Mapping[str, tuple[float, ...]] = field(
         default_factory=lambda: dict(DEFAULT_COOLDOWNS)
     )
@@ -77,6 +79,7 @@ _FRACTIONS = {
     "tail_ratio",
     "summary_ratio",
     "summary_context_fraction",
+    "pin_share",
 }
 _OPTIONAL_INTS = {"threshold_tokens", "summary_model_context_length"}
 _POSITIVE_INTS = {
@@ -97,6 +100,7 @@ _COUNTS = {
     "max_user_tokens_carried",
     "max_anchor_tokens",
     "keep_images",
+    "pin_paste_tokens",
 }
 
 

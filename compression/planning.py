@@ -136,11 +136,13 @@ def plan_cut(
     return CutPlan(head, start, restate, reply, level, budgets)
 
 
-def worth_summarizing(plan: CutPlan, ledger: Ledger, threshold: int) -> bool:
-    """Whether the middle is big enough that a summary can pay for its own overhead."""
+def worth_summarizing(plan: CutPlan, ledger: Ledger, threshold: int, pinned: int = 0) -> bool:
+    """Whether the middle (less the `pinned` tokens of it kept anyway) is big enough that a
+    summary can pay for its own overhead."""
     if plan.empty:
         return False
-    return ledger.span(plan.head_end, plan.tail_start) >= min(MIN_MIDDLE_TOKENS, threshold // 8)
+    middle = ledger.span(plan.head_end, plan.tail_start) - pinned
+    return middle >= min(MIN_MIDDLE_TOKENS, threshold // 8)
 
 
 def _walk_back(tokens: list[int], head: int, budget: int, floor: int) -> int:

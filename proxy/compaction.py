@@ -201,12 +201,18 @@ class Compactor:
                 await self._record_miss(turn, trigger, result, duration_ms)
                 missed = replace(turn, state=result.state)
                 return Applied(False, result.outcome, result.error, missed)
-            replaced = replacement(turn.view, result.messages, _origins(turn))
+            origins = _origins(turn)
+            replaced = replacement(turn.view, result.messages, origins)
             if self.handles:
                 result = replace(result, messages=_with_handles(turn, result.messages, replaced))
             key, checkpoint_id = await self._commit(turn, trigger, result, replaced, duration_ms)
             note = CompressionNote(
-                trigger, result.outcome, result.tokens_before, result.tokens_after, checkpoint_id
+                trigger,
+                result.outcome,
+                result.tokens_before,
+                result.tokens_after,
+                checkpoint_id,
+                _clip_labels(result, origins),
             )
             done = turn.with_view(
                 result.messages,
@@ -302,6 +308,17 @@ def _with_handles(turn: Turn, result: list[Message], replaced: Replacement) -> l
     """The result with the handles of every client message it replaces written in."""
     positions = replaced_positions(len(turn.messages), replaced.sources)
     return with_handles(result, replaced.sources, positions, turn.messages)
+
+
+def _clip_labels(result: CompressionResult, origins: Sources) -> tuple[str, ...]:
+    """What the result clipped: the client position (or `v` and the view position of a message
+    ctxgate wrote), the tokens kept and the original's."""
+    labels = []
+    for clip in result.clipped:
+        at = origins[clip.index] if clip.index < len(origins) else None
+        where = f"m{at}" if at is not None else f"v{clip.index}"
+        labels.append(f"{where}:{clip.kept_tokens}/{clip.original_tokens}")
+    return tuple(labels)
 
 
 def _plain(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -86,6 +86,7 @@ class Conversations:
         headers: Mapping[str, str],
     ) -> Turn:
         key, session = await self.sessions.lookup(SessionKey(ident.scope, ident.session_id))
+        mark = None if request.passthrough else self.sessions.marks.get(key)
         turn = Turn(
             ident=ident,
             key=key,
@@ -99,14 +100,16 @@ class Conversations:
             context_length=self.models.context_length(rule, request.model),
             view=request.messages,
             started_at=self.clock(),
+            # Without a checkpoint the view is the client's messages: judged here, it saves
+            # remaking the turn (a `replace` costs more than the comparison).
+            anchored=mark is None or mark.continued_by(request.messages),
         )
         if request.passthrough:
             return turn  # the history lives on the provider: nothing here to compress
         if session is not None and session.compression_count > 0:
             turn = await self.compactor.apply_checkpoint(turn)
-        mark = self.sessions.marks.get(key)
-        if mark is not None:
-            turn = replace(turn, anchored=mark.continued_by(turn.view))
+            if mark is not None and turn.view is not request.messages:
+                turn = replace(turn, anchored=mark.continued_by(turn.view))
         return await self._on_arrival(turn)
 
     async def _on_arrival(self, turn: Turn, after_job: bool = False) -> Turn:
@@ -275,7 +278,7 @@ class Conversations:
         """The manual trigger: compress the session's latest view now when this process holds
         it, else ask (in the database) for a compression of its next request, on whatever
         replica serves it. None: no such session."""
-        last = self.sessions.held.get(key)
+        last = self.sessions.held_turn(key)
         if last is None:
             return await self._schedule(key, focus)
         turn = replace(last, notes=(), estimate=None)

@@ -178,7 +178,10 @@ class CallFilter(Protocol):
     """Hides calls to ctxgate's tool from a stream relayed to the client (indexes renumbered,
     a finish reason that named only those calls made an ordinary stop)."""
 
-    hid: bool  # a call was kept from the client
+    @property
+    def hid(self) -> bool:
+        """A call was kept from the client."""
+        ...
 
     def event(self, event: bytes) -> bytes | None:
         """One complete SSE event (with its `event:` line and blank-line end) as the client

@@ -88,6 +88,10 @@ class Metrics:
         )
         self._recent: dict[str, float] = {}
         self._prune_at = 0.0
+        # The labelled children, resolved once: `labels()` validates and joins the label
+        # values under a lock on every call, a few microseconds each on every request.
+        self._finished: dict[int, Counter] = {}
+        self._upstream: dict[str, Histogram] = {}
 
     def prepared(self, turn: Turn, seconds: float) -> None:
         self.overhead.observe(seconds)
@@ -104,16 +108,21 @@ class Metrics:
         self.tokens_after.inc(after)
 
     def upstream_done(self, turn: Turn, sent: float, status: int) -> None:
-        self.upstream_latency.labels(turn.upstream.settings.name).observe(
-            time.perf_counter() - sent
-        )
+        name = turn.upstream.settings.name
+        child = self._upstream.get(name)
+        if child is None:
+            child = self._upstream[name] = self.upstream_latency.labels(name)
+        child.observe(time.perf_counter() - sent)
 
     def overflow(self) -> None:
         self.overflows.inc()
 
     def finished(self, status: int) -> None:
         """A request answered (an error answer too)."""
-        self.requests.labels(str(status)).inc()
+        child = self._finished.get(status)
+        if child is None:
+            child = self._finished[status] = self.requests.labels(str(status))
+        child.inc()
 
     def recalled(self, kind: str, tokens: int) -> None:
         self.recalls.labels(kind).inc()

@@ -59,6 +59,8 @@ RECALL_SCHEMA: ToolSchema = {
 _OPEN_CHOICES = frozenset({"auto", "required", "any"})
 _WORD = re.compile(r"[\w./:@#-]{2,}")
 _HITS = 5
+_MIN_OUTPUT = 1024  # output tokens a recall round leaves the answer, at least
+_MIN_USEFUL = 256  # a recall allowance smaller than this is not worth offering
 _SNIPPET = 240  # characters around a search hit
 
 
@@ -84,11 +86,31 @@ def offered(turn: Turn, settings: RecallSettings) -> bool:
     return choice is None or choice in _OPEN_CHOICES
 
 
-def budget(turn: Turn, settings: RecallSettings, counter: TokenCounter) -> Budget:
-    """The request's recall allowance: the settings, within the room the window has left."""
-    used = turn.estimate if turn.estimate is not None else counter.count_messages(turn.view)
+def budget(turn: Turn, settings: RecallSettings, used: int, counter: TokenCounter) -> Budget:
+    """The request's recall allowance: the settings, within the room the window has left
+    and, when the client set an output limit, within what that limit can give up (a
+    provider that counts it refuses a prompt that grows into it; see `_output_after`).
+    `used` is the view's estimate, tools included."""
     room = turn.context_length - used - (reservation(turn) or 0) - _overhead(counter)
+    asked = _asked(turn)
+    if asked is not None:
+        room = min(room, asked - _min_output(asked))
     return Budget(settings.max_rounds, max(0, min(settings.max_tokens, room)))
+
+
+def _asked(turn: Turn) -> int | None:
+    return turn.max_tokens or turn.request.max_tokens
+
+
+def _min_output(asked: int) -> int:
+    return min(_MIN_OUTPUT, asked // 2)
+
+
+def _output_after(turn: Turn, added: int) -> int | None:
+    """The output limit for the next round: lowered by what the round added to the prompt,
+    so that prompt + output stays where the first round's was."""
+    asked = _asked(turn)
+    return None if asked is None else max(_min_output(asked), asked - added)
 
 
 def _overhead(counter: TokenCounter) -> int:
@@ -217,21 +239,23 @@ class Recaller:
         store: SessionStore,
         settings: RecallSettings,
         counter: Callable[[Turn], TokenCounter],
+        estimate: Callable[[Turn], int],
         metrics: Metrics,
     ) -> None:
         self.store = store
         self.settings = settings
         self.counter = counter
+        self.estimate = estimate  # the view's tokens, tools included, calibrated
         self.metrics = metrics
 
     def offer(self, turn: Turn) -> Turn:
         """The turn with the recall tool among those it sends, when it is offered."""
-        if not offered(turn, self.settings) or not hasattr(turn.door, "answer_stream"):
+        if not offered(turn, self.settings) or self.budget(turn).tokens < _MIN_USEFUL:
             return turn
         return replace(turn, tools=(*turn.tools, RECALL_SCHEMA))
 
     def budget(self, turn: Turn) -> Budget:
-        return budget(turn, self.settings, self.counter(turn))
+        return budget(turn, self.settings, self.estimate(turn), self.counter(turn))
 
     async def answer(self, turn: Turn, found: AnswerCalls, left: Budget) -> tuple[Turn, Budget]:
         """The turn going on with the calls answered, and what is left to spend."""
@@ -258,8 +282,10 @@ class Recaller:
         if rounds == 0:
             results = [(c, t + _LAST_ROUND) for c, t in results]
         done = answered(turn, found.message, results)
+        added = counter.count_messages(done.view[len(turn.view) :])
         done = replace(
             done,
+            max_tokens=_output_after(turn, added),
             recalls=turn.recalls + 1,
             recalled_tokens=turn.recalled_tokens + left.tokens - tokens,
         )

@@ -2,8 +2,9 @@
 background compressions, the last view it served, when it last committed a compression.
 
 Of each session's last view it keeps a mark (its length, first and last message: enough to
-tell whether the next request continues it) and, within a byte budget, the whole turn, which
-the manual compression API compresses at once.
+tell whether the next request continues it) and, within a byte budget, the turn, which the
+manual compression API compresses at once. The turn is held without its parsed request (see
+`HeldTurn`), read again from the request's bytes when it is needed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compression.types import Message
@@ -44,6 +45,45 @@ class ViewMark:
         return len(view) >= n > 0 and view[0] == self.first and view[n - 1] == self.last
 
 
+@dataclass(frozen=True, slots=True)
+class HeldTurn:
+    """A served turn as this process holds it: without the objects parsed from its request,
+    which `turn()` parses again from the request's bytes (the same bytes give the same
+    request: front doors parse without state).
+
+    A parsed history is thousands of objects. Freed at the end of their own request they are
+    still in the CPU's caches; freed a request later, when the next turn replaces them here,
+    nearly each one is a cache miss (on a 64K-token history, a third of a millisecond of
+    every request). The turn keeps what is not the client's: the view's leading messages
+    from a checkpoint or a compression (`view[:replacement_len]`).
+    """
+
+    light: Turn  # request without body, messages and tools; view cut to its leading part
+    client_view: bool  # the view was the request's own message list (nothing replaced)
+
+    @staticmethod
+    def of(turn: Turn) -> HeldTurn | Turn:
+        """The turn to hold: a `HeldTurn`, or the turn itself when its view is not the
+        checkpoint's messages followed by the client's (images shrunk after a refusal)."""
+        view, messages = turn.view, turn.request.messages
+        client_view = view is messages
+        head, start = turn.replacement_len, turn.prefix_len
+        if not client_view and (
+            len(view) - head != len(messages) - start
+            or not all(a is b for a, b in zip(view[head:], messages[start:], strict=True))
+        ):
+            return turn
+        request = replace(turn.request, body={}, messages=[], tools=None)
+        return HeldTurn(replace(turn, request=request, view=view[:head]), client_view)
+
+    def turn(self) -> Turn:
+        light = self.light
+        request = light.door.parse(light.request.raw)
+        messages = request.messages
+        view = messages if self.client_view else light.view + messages[light.prefix_len :]
+        return replace(light, request=request, view=view)
+
+
 class Sessions:
     def __init__(
         self,
@@ -56,7 +96,7 @@ class Sessions:
         self.held_bytes = held_bytes
         self.jobs: dict[SessionKey, asyncio.Task[None]] = {}
         self.marks: OrderedDict[SessionKey, ViewMark] = OrderedDict()
-        self.held: OrderedDict[SessionKey, Turn] = OrderedDict()
+        self.held: OrderedDict[SessionKey, HeldTurn | Turn] = OrderedDict()
         self._held_size = 0
         self._committed_at: OrderedDict[SessionKey, float] = OrderedDict()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -111,15 +151,21 @@ class Sessions:
         size = len(turn.request.raw)
         if size > self.held_bytes:
             return
-        self.held[key] = turn
+        self.held[key] = HeldTurn.of(turn)
         self._held_size += size
         while self._held_size > self.held_bytes:
             self._release(next(iter(self.held)))
 
+    def held_turn(self, key: SessionKey) -> Turn | None:
+        """The session's last turn, when this process holds it."""
+        held = self.held.get(key)
+        return held.turn() if isinstance(held, HeldTurn) else held
+
     def _release(self, key: SessionKey) -> None:
         dropped = self.held.pop(key, None)
         if dropped is not None:
-            self._held_size -= len(dropped.request.raw)
+            light = dropped.light if isinstance(dropped, HeldTurn) else dropped
+            self._held_size -= len(light.request.raw)
 
     @property
     def held_size(self) -> int:

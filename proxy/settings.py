@@ -41,8 +41,8 @@ class ServerSettings:
     held_request_bytes: int = 128 * 1024 * 1024
     """Bytes of request bodies this process holds (each session's latest, least recently used
     dropped first) so the manual compression API can compress them at once; a session whose
-    latest request is not held is compressed on its next request instead. Parsed, a held body
-    takes about three times its size in memory."""
+    latest request is not held is compressed on its next request instead. A body is held as
+    its bytes and parsed again when the API compresses it."""
     body_timeout_s: float = 30.0
     """Seconds a client may go without sending any byte of a request body it has started; a
     stalled body is answered 408 and its connection closed."""

@@ -24,6 +24,8 @@ class CompressionNote:
     tokens_before: int
     tokens_after: int
     checkpoint_id: int | None
+    # Pinned messages the compression clipped: "m<client position>:<kept>/<original tokens>".
+    clipped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,9 @@ class Turn:
             headers["x-ctxgate-compressed"] = "true" if self.checkpoint_id is not None else "false"
             return headers
         last = self.notes[-1]
+        clipped = [label for note in self.notes for label in note.clipped]
+        if clipped:
+            headers["x-ctxgate-clipped"] = clipped_header(clipped)
         headers.update(
             {
                 "x-ctxgate-compressed": "true",
@@ -120,6 +125,21 @@ class Turn:
             }
         )
         return headers
+
+
+CLIPPED_HEADER_CHARS = 240
+
+
+def clipped_header(labels: list[str]) -> str:
+    """The labels comma-separated, within a bounded length (the rest counted, not listed)."""
+    value = ""
+    for shown, label in enumerate(labels):
+        rest = len(labels) - shown
+        more = f",+{rest - 1} more" if rest > 1 else ""
+        if len(value) + len(label) + 1 + len(more) > CLIPPED_HEADER_CHARS:
+            return f"{value},+{rest} more" if value else f"+{rest} more"
+        value = f"{value},{label}" if value else label
+    return value
 
 
 # Share of the window the output reservation may take, whatever max_tokens the client sends.

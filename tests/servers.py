@@ -6,12 +6,18 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Self
 
 import uvicorn
 
 from proxy.app import create_app
 from proxy.settings import Settings, parse_settings
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 
 def free_port() -> int:
@@ -86,6 +92,39 @@ class ProxyServer(ThreadedServer):
     @property
     def services(self) -> Any:
         return self.app.state.services
+
+
+class Recorder:
+    """ASGI wrapper keeping the bodies clients POST to `path` (what the client sent, before
+    ctxgate), then passing each request on unchanged."""
+
+    def __init__(self, app: Any, path: str) -> None:
+        self.app = app
+        self.path = path
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.path:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        self.bodies.append(body)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 def settings_for(

@@ -14,9 +14,7 @@ Needs the binary from scripts/install-codex.sh; skipped without it, unless CTXGA
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -25,7 +23,7 @@ from proxy.app import create_app
 from proxy.identity import scope_for
 from storage import SessionKey
 from tests.agents.codex import Codex, required_codex
-from tests.servers import ThreadedServer, settings_for
+from tests.servers import Recorder, ThreadedServer, settings_for
 from tests.simulator import ModelSpec, Simulator
 from tests.simulator.recall_first import RecallFirst
 from tests.simulator.responses_items import count_input_tokens, input_items
@@ -35,42 +33,6 @@ TURNS = 24
 WINDOW = 16_384
 MODEL = "sim-codex-16k"
 COMMAND = 'echo "step {n}"; seq -s " " {n}000 {n}300'
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-
-class Recorder:
-    """ASGI wrapper keeping the bodies clients POST to `/v1/responses` (what Codex sent)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.bodies: list[bytes] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/responses":
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
-        self.bodies.append(body)
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
 
 
 @pytest.mark.parametrize("configured", [WINDOW, 128_000], ids=["window-known", "window-unknown"])
@@ -84,7 +46,7 @@ def test_codex_exec_through_ctxgate_at_a_16k_window(tmp_path: Path, configured: 
         sim.responder = agent
         models = [{"match": "*", "upstream": "sim", "context_length": configured}]
         settings = settings_for(sim.base_url, str(tmp_path / "ctxgate.db"), models=models)
-        recorder = Recorder(create_app(settings))
+        recorder = Recorder(create_app(settings), "/v1/responses")
         with ThreadedServer(recorder, name="ctxgate", lifespan="on") as proxy:
             codex = Codex(
                 f"http://127.0.0.1:{proxy.port}/v1",
@@ -147,7 +109,7 @@ def test_codex_never_sees_ctxgate_recall(tmp_path: Path) -> None:
         sim.responder = agent
         models = [{"match": "*", "upstream": "sim", "context_length": WINDOW}]
         settings = settings_for(sim.base_url, str(tmp_path / "ctxgate.db"), models=models)
-        recorder = Recorder(create_app(settings))
+        recorder = Recorder(create_app(settings), "/v1/responses")
         with ThreadedServer(recorder, name="ctxgate", lifespan="on") as proxy:
             codex = Codex(
                 f"http://127.0.0.1:{proxy.port}/v1",

@@ -68,6 +68,7 @@ class MessagesDoor:
         body["messages"] = messages
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
+            body.update(_thinking_within(body.get("thinking"), max_tokens))
         return orjson.dumps(body)
 
     def usage(self, answer: bytes) -> Usage | None:
@@ -150,3 +151,20 @@ def _strip(value: Any) -> Any:
             if k != "cache_control"
         }
     return value
+
+
+_MIN_THINKING = 1024  # the smallest `budget_tokens` the API takes
+
+
+def _thinking_within(thinking: Any, max_tokens: int) -> dict[str, Any]:
+    """The `thinking` setting that fits a lowered `max_tokens`: the API refuses a budget that
+    is not below it. Half the output goes to thinking, at least its minimum; with no room
+    for that, thinking is turned off for this request."""
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return {}
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < max_tokens:
+        return {}
+    if max_tokens <= _MIN_THINKING:
+        return {"thinking": {"type": "disabled"}}
+    return {"thinking": {**thinking, "budget_tokens": max(_MIN_THINKING, max_tokens // 2)}}

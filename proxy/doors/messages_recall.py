@@ -206,6 +206,10 @@ class MessagesCallFilter:
         self._hidden: list[int] = []  # upstream indexes of hidden blocks, ascending
         self._client_calls = False  # a tool_use block of the client's reached the client
 
+    @property
+    def hid(self) -> bool:
+        return bool(self._hidden)
+
     def event(self, event: bytes) -> bytes | None:
         if not self._hidden and self._marker not in event:
             if b'"tool_use"' in event and b"content_block_start" in event:

@@ -219,6 +219,10 @@ class ResponsesCallFilter:
         self._marker = orjson.dumps(name)
         self._hidden: list[int] = []  # upstream output indexes of hidden items, ascending
 
+    @property
+    def hid(self) -> bool:
+        return bool(self._hidden)
+
     def event(self, event: bytes) -> bytes | None:
         if not self._hidden and self._marker not in event:
             return event

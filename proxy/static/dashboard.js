@@ -421,10 +421,16 @@
     const group = svg("g", { class: "events" }, root);
     events.forEach((e, i) => {
       const committed = COMMITTED.has(e.outcome);
-      const g = svg("g", { class: committed ? "event" : "event failed", "data-outcome": e.outcome }, group);
-      titled(g, fmtTime(e.at) + " \u2013 " + e.trigger + " compression (" + e.outcome + "): " +
-        fmtInt(e.tokens_before) + " \u2192 " + fmtInt(e.tokens_after) + " tokens, " +
-        e.messages_before + " \u2192 " + e.messages_after + " messages" + (e.error ? "; " + e.error : ""));
+      const recall = e.trigger === "recall";
+      const kind = recall ? "event recall" : committed ? "event" : "event failed";
+      const g = svg("g", { class: kind, "data-outcome": e.outcome }, group);
+      titled(g, recall
+        ? fmtTime(e.at) + " \u2013 recall (" + e.outcome + "): " + fmtInt(e.tokens_before) +
+          " tokens of archived text read back, " + (e.messages_after - e.messages_before) / 2 +
+          " call(s) answered by ctxgate"
+        : fmtTime(e.at) + " \u2013 " + e.trigger + " compression (" + e.outcome + "): " +
+          fmtInt(e.tokens_before) + " \u2192 " + fmtInt(e.tokens_after) + " tokens, " +
+          e.messages_before + " \u2192 " + e.messages_after + " messages" + (e.error ? "; " + e.error : ""));
       const ex = x(slots[i]);
       svg("line", { class: "ev", x1: ex, x2: ex, y1: m.top, y2: H - m.bottom }, g);
       if (committed) svg("line", { class: "ev-drop", x1: ex, x2: ex, y1: y(e.tokens_before), y2: y(e.tokens_after) }, g);

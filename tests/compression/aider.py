@@ -9,6 +9,7 @@ the current message.
 from __future__ import annotations
 
 from compression.types import Message
+from tests.simulator.tokens import count_text
 
 REMINDER = (
     "# *SEARCH/REPLACE block* Rules:\n\nEvery *SEARCH/REPLACE block* must use this format:\n"
@@ -85,3 +86,16 @@ def request(
         {"role": "user", "content": asks[answered] + ("\n\n" + REMINDER if reminder else "")},
     ]
     return messages
+
+
+def source_file(tokens: int) -> str:
+    """Python source of about `tokens` tokens, each line distinct (a clip shows)."""
+    lines: list[str] = []
+    n = 0
+    while count_text("\n".join(lines)) < tokens:
+        lines += [
+            f"def handler_{n}(request, retries={n}):",
+            f"    return backoff(request, base={n % 7}, cap={n * 3}, label='h{n}')",
+        ]
+        n += 1
+    return "\n".join(lines)

@@ -120,3 +120,30 @@ def test_malformed_bodies_name_the_field(body: dict[str, Any], param: str) -> No
 def test_a_body_without_messages_passes_through() -> None:
     request = DOOR.parse(b'{"model": "m", "messages": [], "max_tokens": 5}')
     assert request.passthrough == "no messages"
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "thinking"),
+    [
+        (6000, {"type": "enabled", "budget_tokens": 3000}),
+        (1500, {"type": "enabled", "budget_tokens": 1024}),
+        (900, {"type": "disabled"}),
+        (40000, {"type": "enabled", "budget_tokens": 31999}),
+    ],
+)
+def test_a_lowered_max_tokens_keeps_the_thinking_budget_below_it(
+    max_tokens: int, thinking: dict[str, Any]
+) -> None:
+    """The API refuses `budget_tokens` ≥ `max_tokens`; Claude Code asks 32,000 / 31,999."""
+    raw = orjson.dumps(
+        {
+            "model": "claude-x",
+            "max_tokens": 32000,
+            "thinking": {"type": "enabled", "budget_tokens": 31999},
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    )
+    request = DOOR.parse(raw)
+    body = orjson.loads(DOOR.render(request, request.messages, max_tokens))
+    assert body["max_tokens"] == max_tokens
+    assert body["thinking"] == thinking

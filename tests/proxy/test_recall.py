@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
+from proxy.identity import scope_for
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Fail, ModelSpec, Reply, Simulator, is_summary_request
 
@@ -90,8 +93,21 @@ def proxy_for(sim: Simulator, tmp_path: Any, **recall: Any) -> ProxyServer:
         str(tmp_path / "recall.db"),
         models=[{"match": "*", "upstream": "sim", "context_length": WINDOW}],
         compression={"background": False, "recall": recall},
+        auth={"admin_key": "adm"},
     )
     return ProxyServer(settings)
+
+
+def session_events(proxy: ProxyServer) -> list[dict[str, Any]]:
+    """The session's events through the admin API (the recall event is written after the
+    answer: wait for it)."""
+    url = f"{proxy.base_url.removesuffix('/v1')}/admin/sessions/{scope_for('sk-recall')}/recall"
+    for _ in range(50):
+        events = httpx.get(url, headers={"Authorization": "Bearer adm"}).json()["events"]
+        if any(e["trigger"] == "recall" for e in events):
+            break
+        time.sleep(0.05)
+    return list(events)
 
 
 def client_for(proxy: ProxyServer) -> openai.OpenAI:
@@ -125,7 +141,13 @@ def test_the_model_reads_back_a_compressed_fact(
 ) -> None:
     with proxy_for(sim, tmp_path) as proxy:
         text, calls, headers = ask(client_for(proxy), stream)
+        events = session_events(proxy)
     assert text == f"The design review happens in {FACT}."
+    recalls = [e for e in events if e["trigger"] == "recall"]
+    assert [(e["outcome"], e["messages_after"] - e["messages_before"]) for e in recalls] == [
+        ("answered", 2)
+    ]
+    assert recalls[0]["tokens_before"] > 0  # tokens of archived text read back
     assert calls is None  # the client never sees ctxgate's tool
     assert headers["x-ctxgate-compressed"] == "true"
     assert headers["x-ctxgate-recalls"] == "1"

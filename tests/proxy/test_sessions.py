@@ -8,10 +8,12 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from compression import check_invariants
 from proxy.identity import scope_for
+from proxy.sessions import HeldTurn
 from storage import SessionKey
 from tests.proxy.agent_loop import AgentLoop
 from tests.servers import ProxyServer, settings_for
@@ -211,3 +213,42 @@ def test_failing_summaries_never_break_the_conversation(db_path: str, failure: A
     for error in errors:  # when the history cannot fit, the client is told why
         assert error.status_code == 400
         assert "ctxgate" in str(error) or "compress" in str(error).lower()
+
+
+def test_a_held_turn_keeps_no_parsed_history_and_gives_back_what_it_served(
+    sim32k: Simulator, db_path: str
+) -> None:
+    """The manual API's held turns are kept as the request's bytes (a parsed history freed a
+    request later costs a cache miss per object) and parsed again into the view the upstream
+    received: the client's own messages, or a checkpoint's followed by the client's."""
+    with ProxyServer(make_settings(sim32k, db_path, background=False)) as proxy:
+        sessions = proxy.services.sessions
+        scope = scope_for("sk-agent")
+
+        async def held(session: str) -> tuple[Any, Any]:
+            await proxy.services.store.flush()  # bookkeeping after the answer has run
+            key = SessionKey(scope, session)
+            return sessions.held[key], sessions.held_turn(key)
+
+        plain_loop = AgentLoop(make_client(proxy), MODEL, session_id="plain", file_lines=60)
+        plain_loop.script(sim32k)
+        for step in range(3):
+            plain_loop.step(step)
+        plain, plain_turn = proxy.run(held("plain"))
+        plain_sent = sim32k.chat_requests[-1].body["messages"]
+
+        loop = AgentLoop(make_client(proxy), MODEL, session_id="held", file_lines=60)
+        loop.script(sim32k)
+        grow_until_compressed(loop)
+        loop.step(300)  # served from the checkpoint
+        kept, turn = proxy.run(held("held"))
+    sent = [r for r in sim32k.chat_requests if not r.is_summary][-1].body["messages"]
+    for entry in (plain, kept):
+        assert isinstance(entry, HeldTurn)
+        assert entry.light.request.messages == [] and entry.light.request.body == {}
+    assert plain_turn.view is plain_turn.request.messages
+    assert plain_turn.upstream_body() == plain_turn.request.raw
+    assert plain_turn.view == plain_sent
+    assert turn.checkpoint_id is not None
+    assert turn.view == sent
+    assert orjson.loads(turn.upstream_body())["messages"] == sent
