@@ -157,35 +157,48 @@ class Gateway:
         """Answer the model's recall calls and call it again, until it answers the client (or
         the budget is spent: its last calls are then kept from the client)."""
         started = time.perf_counter()
-        content = response.content
+        content, first = response.content, turn
         left = self.recaller.budget(turn)
         while (found := turn.door.tool_calls(content, RECALL_TOOL)) is not None:
             if left.rounds <= 0:
                 break
             following, left = await self.recaller.answer(turn, found, left)
-            sent = time.perf_counter()
-            try:
-                again = await following.upstream.call(
-                    "POST", following.door.upstream_path, following.upstream_body(), headers
-                )
-            except ProxyError as exc:
-                log.warning("session %s: a recall round failed: %s", turn.key.key, exc)
-                break
-            self.metrics.upstream_done(following, sent, again.status_code)
-            if again.status_code >= 400:
-                log.warning(
-                    "session %s: a recall round got %d from the upstream; answering with the "
-                    "round before",
-                    turn.key.key,
-                    again.status_code,
-                )
-                break
+            again = await self._round(following, headers)
+            if again is None:
+                # The model asked for the archive and cannot have it: it answers the request
+                # as the client sent it, without the tool.
+                following = replace(first, tools=())
+                again = await self._round(following, headers)
+                if again is None:
+                    break
             turn, response, content = following, again, again.content
         hidden = turn.door.tool_calls(content, RECALL_TOOL) is not None
         if hidden:
             self.metrics.recall_hidden.inc()
             content = turn.door.without_calls(content, RECALL_TOOL)
         return turn, response, content, Recalled(turn, hidden, time.perf_counter() - started)
+
+    async def _round(self, turn: Turn, headers: dict[str, str]) -> httpx.Response | None:
+        """One more non-streamed call for `turn`; None (logged) when it fails."""
+        sent = time.perf_counter()
+        try:
+            answer = await turn.upstream.call(
+                "POST", turn.door.upstream_path, turn.upstream_body(), headers
+            )
+        except ProxyError as exc:
+            log.warning("session %s: a recall round failed: %s", turn.key.key, exc)
+            self.metrics.recalled("round_failed", 0)
+            return None
+        self.metrics.upstream_done(turn, sent, answer.status_code)
+        if answer.status_code >= 400:
+            log.warning(
+                "session %s: a recall round got %d from the upstream",
+                turn.key.key,
+                answer.status_code,
+            )
+            self.metrics.recalled("round_failed", 0)
+            return None
+        return answer
 
     async def _answered(self, turn: Turn, answer: bytes, recall: Recalled) -> None:
         await self._finish(turn, turn.door.usage(answer))
@@ -270,7 +283,7 @@ class Gateway:
         the first that does not is the client's, its events held so far given first. Recall
         calls in the client's stream (after its text, or once the budget is spent) are
         filtered out of it."""
-        left = self.recaller.budget(turn)
+        left, first = self.recaller.budget(turn), turn
         while True:
             answer = turn.door.answer_stream(RECALL_TOOL)
             held = await relay.hold(answer)
@@ -291,10 +304,30 @@ class Gateway:
             except (ProxyError, UpstreamStatus) as exc:
                 await round_stack.aclose()
                 log.warning("session %s: a recall round failed: %s", turn.key.key, exc)
-                relay.filter = turn.door.call_filter(RECALL_TOOL)
-                return turn, response, relay, held, stack
+                self.metrics.recalled("round_failed", 0)
+                plain = await self._plain_stream(first)
+                if plain is None:
+                    relay.filter = turn.door.call_filter(RECALL_TOOL)
+                    return turn, response, relay, held, stack
+                await stack.aclose()
+                plain_turn, plain_response, plain_relay, plain_stack = plain
+                return plain_turn, plain_response, plain_relay, [], plain_stack
             await stack.aclose()  # the round answered is read: close its connection
             turn, response, relay, stack = following, response_next, relay_next, round_stack
+
+    async def _plain_stream(
+        self, first: Turn
+    ) -> tuple[Turn, httpx.Response, StreamRelay, AsyncExitStack] | None:
+        """The first round's request again without the recall tool, streamed (None when
+        that fails too): what the model answers when it cannot have the archive."""
+        plain, stack = replace(first, tools=()), AsyncExitStack()
+        try:
+            _, response, relay = await self._open_stream(plain, stack, recover=False)
+        except (ProxyError, UpstreamStatus) as exc:
+            await stack.aclose()
+            log.warning("session %s: the request without recall failed: %s", first.key.key, exc)
+            return None
+        return plain, response, relay, stack
 
     async def _relay(
         self,

@@ -153,21 +153,17 @@ def test_planted_facts_are_answered_through_the_recall_tool(
     assert {p.streamed for p in recalled} == {True, False}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ctxgate: a recall round overflows an 8K window beside large tool schemas "
-    "(OpenCode's take 4.7K tokens): proxy/recall.py budget() counts the view's messages, not "
-    "the tools, once the turn's estimate is None",
-)
-def test_planted_facts_are_answered_beside_large_tool_schemas() -> None:
-    """The recorded OpenCode/aider session at 8K (too small for OpenCode's 7.2K-token prompt
-    and tools, so the eval replays it from 16K on): the recall rounds must still fit."""
+def test_no_recall_round_overflows_beside_large_tool_schemas() -> None:
+    """The recorded OpenCode/aider session at 8K, where OpenCode's prompt and tools take 7.2K
+    tokens: recall is offered only while the window has room for a round, so no round
+    overflows and every question gets an answer (with no room, one from what is in view)."""
     try:
         session = build_sessions(find_corpus(REPO), ["agents"], 8192, 5.0)[0]
     except CorpusMissing as exc:
         pytest.skip(f"shared corpus not found: {exc}")
     plant(session)
     run = replay(session, options=ARMS["main"].options(8192), measure_direct=False)
-    assert len(run.probes) == 6 and all(p.offered for p in run.probes)
-    correct = sum(p.correct for p in run.probes)
-    assert correct >= MIN_FACTS_ANSWERED * len(run.probes), [p.answer for p in run.probes]
+    assert len(run.probes) == 6
+    assert all(p.error is None and not p.client_tool_call for p in run.probes)
+    assert all(p.answer.strip() for p in run.probes), [p.answer for p in run.probes]
+    assert all(p.correct for p in run.probes if p.recall_calls), [p.answer for p in run.probes]

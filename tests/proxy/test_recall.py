@@ -256,23 +256,28 @@ def test_tool_choice_none_is_respected(sim: Simulator, tmp_path: Any) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
-def test_a_failing_round_answers_with_the_round_before(
+def test_a_failing_round_falls_back_to_the_request_without_recall(
     sim: Simulator, tmp_path: Any, stream: bool
 ) -> None:
+    """The model asked for the archive and the round failed: it answers the client's request
+    as sent, without the tool (not an empty answer holding only the hidden call)."""
+
     def breaks(body: dict[str, Any]) -> Reply | Fail | None:
-        if is_summary_request(body) or not offered(body):
+        if is_summary_request(body):
             return None
+        if not offered(body):
+            return Reply(content="Answered without the archive.")
         if body["messages"][-1].get("role") == "tool":
             return Fail(503)
-        return Reply(
-            content=None if stream else "Checking the archive.",
-            tool_calls=[{"name": TOOL, "arguments": {"query": "review"}}],
-        )
+        return Reply(tool_calls=[{"name": TOOL, "arguments": {"query": "review"}}])
 
     sim.responder = breaks
     with proxy_for(sim, tmp_path) as proxy:
         text, calls, headers = ask(client_for(proxy), stream)
     assert calls is None
-    assert text == ("" if stream else "Checking the archive.")
-    assert "x-ctxgate-recalls" not in headers  # the answer is the first round's
-    assert sim.received[-1].status == 503
+    assert text == "Answered without the archive."
+    assert "x-ctxgate-recalls" not in headers
+    turns = [r for r in sim.received if r.body and not r.is_summary]
+    assert [r.status for r in turns[-3:]] == [200, 503, 200]
+    assert offered(turns[-3].body) and not offered(turns[-1].body)
+    assert turns[-1].body["messages"] == turns[-3].body["messages"]
