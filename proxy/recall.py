@@ -186,11 +186,29 @@ def _ranked(terms: set[str], texts: dict[int, str]) -> list[int]:
 
 def _snippet(text: str, terms: set[str]) -> str:
     header, _, body = text.partition("\n")
-    lowered = body.lower()
-    at = min((i for i in (lowered.find(t) for t in terms) if i >= 0), default=0)
-    start = max(0, at - _SNIPPET // 3)
+    start = max(0, _densest(body.lower(), terms) - _SNIPPET // 3)
     piece = body[start : start + _SNIPPET].replace("\n", " ")
     return f"{header} {'…' if start else ''}{piece}{'…' if start + _SNIPPET < len(body) else ''}"
+
+
+def _densest(text: str, terms: set[str]) -> int:
+    """Where the most distinct query terms fall within half a snippet's width (the first such
+    place): a word met alone early on (a path, a header) is not where the answer is."""
+    hits = sorted((m.start(), t) for t in terms for m in re.finditer(re.escape(t), text))
+    width = _SNIPPET // 2
+    counts: Counter[str] = Counter()
+    best, at, low = 0, 0, 0
+    for position, term in hits:  # a window sliding over the hits, one pass
+        counts[term] += 1
+        while hits[low][0] < position - width:
+            gone = hits[low][1]
+            counts[gone] -= 1
+            if not counts[gone]:
+                del counts[gone]
+            low += 1
+        if len(counts) > best:
+            best, at = len(counts), hits[low][0]
+    return at
 
 
 def _shown(position: int, message: Message) -> str:

@@ -19,6 +19,9 @@ import openai
 import pytest
 
 from proxy.identity import scope_for
+from proxy.recall import Archive
+from storage import ArchivedMessage
+from tests.compression.counters import CharCounter
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Fail, ModelSpec, Reply, Simulator, is_summary_request
 
@@ -281,3 +284,29 @@ def test_a_failing_round_falls_back_to_the_request_without_recall(
     assert [r.status for r in turns[-3:]] == [200, 503, 200]
     assert offered(turns[-3].body) and not offered(turns[-1].body)
     assert turns[-1].body["messages"] == turns[-3].body["messages"]
+
+
+def test_a_search_shows_where_the_words_meet() -> None:
+    """The snippet is taken where most of the query's words fall together, not at the first
+    place one of them appears (a path naming 'backup' long before the answer)."""
+    noise = "config read from /etc/backup/passwd and /srv/backup.tar; " * 20
+    archive = Archive(
+        [
+            ArchivedMessage(4, {"role": "tool", "tool_call_id": "c4", "content": noise}, 1, 0.0),
+            ArchivedMessage(
+                7,
+                {
+                    "role": "tool",
+                    "tool_call_id": "c7",
+                    "content": noise + "The backup of the north gate uses code NG-7731.",
+                },
+                1,
+                0.0,
+            ),
+        ]
+    )
+    found = archive.search("north gate backup code", 500, CharCounter())
+    first = found.splitlines()[1]
+    assert first.startswith("- m7 (tool result for c7):") and "NG-7731" in first
+    assert archive.fetch("m4", 500, CharCounter()).startswith("m4 (tool result for c4):\n")
+    assert "Nothing is archived under m5" in archive.fetch("m5", 500, CharCounter())
