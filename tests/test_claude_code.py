@@ -36,28 +36,7 @@ def _agent() -> ClaudeCode:
 
 def test_claude_code_runs_through_ctxgate(tmp_path: Path) -> None:
     agent = _agent()
-    with Simulator(
-        models={MODEL: ModelSpec(window=WINDOW, dialect="anthropic")},
-        default=ModelSpec(window=WINDOW, dialect="anthropic"),
-    ) as sim:
-        sim.responder = ScriptedAgent(turns=TURNS, output_lines=60)
-        settings = settings_for(
-            sim.url + "/v1",
-            str(tmp_path / "ctxgate.db"),
-            api_key=None,
-            models=[{"match": "*", "upstream": "sim", "context_length": WINDOW}],
-            upstreams={"sim": {"base_url": sim.url + "/v1", "apis": ["chat", "messages"]}},
-        )
-        proxy = ProxyServer(settings)
-        recorder = BodyRecorder(proxy.app)
-        proxy.server.config.app = recorder
-        with proxy:
-            run = agent.run(
-                "Run the listing commands you are given and read their output.",
-                base_url=f"http://127.0.0.1:{proxy.port}",
-                model=MODEL,
-            )
-        received = sim.received
+    run, received, recorder = _run(agent, ScriptedAgent(turns=TURNS, output_lines=60), tmp_path)
     turns = [r for r in received if r.path.endswith("/messages") and not r.is_summary]
     summaries = [r for r in received if r.is_summary]
     problems = [p for r in received for p in r.problems]
@@ -77,6 +56,33 @@ def test_claude_code_runs_through_ctxgate(tmp_path: Path) -> None:
     assert max(r.prompt_tokens or 0 for r in turns) <= WINDOW
     assert report["billed_prompt_tokens"] < report["uncompressed_prompt_tokens"]
     assert report["cache_read_after_compression"] > 0
+
+
+def _run(agent: ClaudeCode, responder: Any, tmp_path: Path) -> tuple[Any, list[Any], BodyRecorder]:
+    """Claude Code through ctxgate against the simulator playing `responder`: the run, what
+    the provider received, what Claude Code sent."""
+    with Simulator(
+        models={MODEL: ModelSpec(window=WINDOW, dialect="anthropic")},
+        default=ModelSpec(window=WINDOW, dialect="anthropic"),
+    ) as sim:
+        sim.responder = responder
+        settings = settings_for(
+            sim.url + "/v1",
+            str(tmp_path / "ctxgate.db"),
+            api_key=None,
+            models=[{"match": "*", "upstream": "sim", "context_length": WINDOW}],
+            upstreams={"sim": {"base_url": sim.url + "/v1", "apis": ["chat", "messages"]}},
+        )
+        proxy = ProxyServer(settings)
+        recorder = BodyRecorder(proxy.app)
+        proxy.server.config.app = recorder
+        with proxy:
+            run = agent.run(
+                "Run the listing commands you are given and read their output.",
+                base_url=f"http://127.0.0.1:{proxy.port}",
+                model=MODEL,
+            )
+        return run, sim.received, recorder
 
 
 class BodyRecorder:
@@ -132,29 +138,8 @@ def test_claude_code_never_sees_ctxgate_recall(tmp_path: Path) -> None:
     """After a compression the model reads archived originals back through ctxgate's recall
     tool on every other request (signed thinking on); Claude Code gets only its own calls."""
     agent = _agent()
-    with Simulator(
-        models={MODEL: ModelSpec(window=WINDOW, dialect="anthropic")},
-        default=ModelSpec(window=WINDOW, dialect="anthropic"),
-    ) as sim:
-        model = RecallFirst(ScriptedAgent(turns=16, output_lines=60))
-        sim.responder = model
-        settings = settings_for(
-            sim.url + "/v1",
-            str(tmp_path / "ctxgate.db"),
-            api_key=None,
-            models=[{"match": "*", "upstream": "sim", "context_length": WINDOW}],
-            upstreams={"sim": {"base_url": sim.url + "/v1", "apis": ["chat", "messages"]}},
-        )
-        proxy = ProxyServer(settings)
-        recorder = BodyRecorder(proxy.app)
-        proxy.server.config.app = recorder
-        with proxy:
-            run = agent.run(
-                "Run the listing commands you are given and read their output.",
-                base_url=f"http://127.0.0.1:{proxy.port}",
-                model=MODEL,
-            )
-        received = sim.received
+    model = RecallFirst(ScriptedAgent(turns=16, output_lines=60))
+    run, received, recorder = _run(agent, model, tmp_path)
     assert run.exit_code == 0, (run.stdout[-2000:], run.stderr[-2000:])
     assert not [p for r in received for p in r.problems]
     assert model.answers, "the model never read the archive"

@@ -13,6 +13,7 @@ from typing import Any, cast
 import orjson
 
 from compression.types import Message
+from proxy.doors.sse_data import data_of, json_object, with_data
 from proxy.frontdoor import AnswerCalls, ToolCall
 
 _KEPT = ("role", "content", "reasoning_content")
@@ -164,19 +165,13 @@ class ChatCallFilter:
     def event(self, event: bytes) -> bytes | None:
         if b"tool_calls" not in event or b"data:" not in event:
             return event
-        data = b"\n".join(
-            line[5:].lstrip(b" ") for line in event.splitlines() if line.startswith(b"data:")
-        )
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return event
-        if not isinstance(chunk, dict):
+        chunk = json_object(data_of(event))
+        if chunk is None:
             return event
         kept = [self._choice(c) for c in chunk.get("choices") or [] if isinstance(c, dict)]
         if not any(kept) and not chunk.get("usage"):
             return None
-        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        return with_data(event, orjson.dumps(chunk))
 
     def _choice(self, choice: dict[str, Any]) -> bool:
         """Filter one choice in place; whether anything is left in it for the client."""

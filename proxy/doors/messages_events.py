@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
+from proxy.doors.sse_data import json_object
 from proxy.frontdoor import Usage
 
 # The API's error types and the statuses it sends them with.
@@ -45,23 +46,15 @@ def usage_of(usage: Any) -> Usage | None:
 
 
 def answer_usage(answer: bytes) -> Usage | None:
-    data = _object(answer)
+    data = json_object(answer)
     return usage_of(data.get("usage")) if data is not None else None
-
-
-def _object(data: bytes) -> dict[str, Any] | None:
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 def event_type(data: bytes) -> str | None:
     """The `type` of an event's data, None for a comment or unreadable data."""
     if not data.lstrip().startswith(b"{"):
         return None
-    parsed = _object(data)
+    parsed = json_object(data)
     kind = parsed.get("type") if parsed is not None else None
     return kind if isinstance(kind, str) else None
 
@@ -74,7 +67,7 @@ def error_status(data: bytes) -> int | None:
     """The HTTP status an `error` event stands for; None for any other event."""
     if b'"error"' not in data:
         return None
-    parsed = _object(data)
+    parsed = json_object(data)
     if parsed is None or parsed.get("type") != "error":
         return None
     error = parsed.get("error")
@@ -110,11 +103,11 @@ class MessagesWatch:
     def inspect(self, data: bytes) -> bool:
         kind = event_type(data)
         if kind == "message_start":
-            parsed = _object(data) or {}
+            parsed = json_object(data) or {}
             message = parsed.get("message")
             self.usage = usage_of(message.get("usage") if isinstance(message, dict) else None)
         elif kind == "message_delta" and self.usage is not None:
-            usage = (_object(data) or {}).get("usage")
+            usage = (json_object(data) or {}).get("usage")
             output = usage.get("output_tokens") if isinstance(usage, dict) else None
             if isinstance(output, int):
                 self.usage = Usage(self.usage.prompt_tokens, output)
@@ -150,7 +143,7 @@ def summary_body(call: SummaryCall, model: str) -> bytes:
 
 
 def summary_reply(answer: bytes) -> SummaryReply:
-    data = _object(answer)
+    data = json_object(answer)
     content = data.get("content") if data is not None else None
     if not isinstance(content, list):
         raise SummaryCallError("summary model sent an unreadable answer")

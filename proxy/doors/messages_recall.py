@@ -23,7 +23,7 @@ import orjson
 
 from compression.types import ToolSchema
 from proxy.doors.messages_blocks import WireMessage, to_chat
-from proxy.doors.sse_data import data_of, with_data
+from proxy.doors.sse_data import data_of, json_object, with_data
 from proxy.frontdoor import AnswerCalls, ToolCall
 
 Block = dict[str, Any]
@@ -61,7 +61,7 @@ def calls_tool(block: Any, name: str) -> bool:
 
 
 def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
-    message = _object(answer)
+    message = json_object(answer)
     content = message.get("content") if message is not None else None
     if not isinstance(content, list):
         return None
@@ -89,7 +89,7 @@ def _replayed(block: Block, name: str) -> bool:
 
 
 def without_calls(answer: bytes, name: str) -> bytes:
-    message = _object(answer)
+    message = json_object(answer)
     content = message.get("content") if message is not None else None
     if message is None or not isinstance(content, list):
         return answer
@@ -104,14 +104,6 @@ def without_calls(answer: bytes, name: str) -> bytes:
 
 def _is_call(block: Any) -> bool:
     return isinstance(block, dict) and block.get("type") == "tool_use"
-
-
-def _object(data: bytes) -> dict[str, Any] | None:
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 # -- streams ------------------------------------------------------------------------------------
@@ -129,7 +121,7 @@ class MessagesAnswerStream:
         self._json: dict[int, list[str]] = {}
 
     def feed(self, data: bytes) -> None:
-        event = _object(data)
+        event = json_object(data)
         kind = event.get("type") if event is not None else None
         if event is None or not isinstance(kind, str):
             return
@@ -217,7 +209,7 @@ class MessagesCallFilter:
             return event
         # Only block starts and the message delta are parsed; a delta is renumbered in its bytes.
         if b"content_block_start" in event or b"message_delta" in event:
-            parsed = _object(data_of(event)) or {}
+            parsed = json_object(data_of(event)) or {}
             kind = parsed.get("type")
             if kind == "message_delta":
                 return self._stop(event, parsed)

@@ -28,7 +28,7 @@ from compression.types import Message, ToolSchema
 from proxy.doors.responses_items import group_message, item_kind
 from proxy.doors.responses_stream import event_type
 from proxy.doors.responses_wire import request_body
-from proxy.doors.sse_data import data_of, with_data
+from proxy.doors.sse_data import data_of, json_object, with_data
 from proxy.frontdoor import ORIGINAL, AnswerCalls, ToolCall, WireRequest
 
 Item = dict[str, Any]
@@ -89,7 +89,7 @@ def calls_tool(item: Any, name: str) -> bool:
 
 
 def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
-    response = _object(answer)
+    response = json_object(answer)
     output = response.get("output") if response is not None else None
     if response is None or not isinstance(output, list):
         return None
@@ -143,7 +143,7 @@ def _text(value: Any) -> str:
 
 
 def without_calls(answer: bytes, name: str) -> bytes:
-    response = _object(answer)
+    response = json_object(answer)
     output = response.get("output") if response is not None else None
     if response is None or not isinstance(output, list):
         return answer
@@ -151,14 +151,6 @@ def without_calls(answer: bytes, name: str) -> bytes:
     if len(kept) == len(output):
         return answer
     return orjson.dumps({**response, "output": kept})
-
-
-def _object(data: bytes) -> dict[str, Any] | None:
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 # -- streams ------------------------------------------------------------------------------------
@@ -180,7 +172,7 @@ class ResponsesAnswerStream:
         kind = event_type(data)
         if kind not in LIFECYCLE and kind not in ENDS and kind not in ITEM_EVENTS:
             return
-        event = _object(data)
+        event = json_object(data)
         if event is None:
             return
         if kind in ITEM_EVENTS:
@@ -232,7 +224,7 @@ class ResponsesCallFilter:
             kind = event_type(data)
             if kind in LIFECYCLE or kind in ENDS:
                 return self._lifecycle(event, data)
-            parsed = (_object(data) or {}) if kind in ITEM_EVENTS else {}
+            parsed = (json_object(data) or {}) if kind in ITEM_EVENTS else {}
             index = parsed.get("output_index")
             if calls_tool(parsed.get("item"), self._name) and isinstance(index, int):
                 if index not in self._hidden:
@@ -255,7 +247,7 @@ class ResponsesCallFilter:
         return event[: found.start(1)] + str(index - shift).encode() + event[found.end(1) :]
 
     def _lifecycle(self, event: bytes, data: bytes) -> bytes:
-        parsed = _object(data)
+        parsed = json_object(data)
         response = parsed.get("response") if parsed is not None else None
         output = response.get("output") if isinstance(response, dict) else None
         if parsed is None or not isinstance(response, dict) or not isinstance(output, list):

@@ -1,4 +1,5 @@
-"""The data of one complete SSE event, and the event with its data replaced (pure).
+"""The data of one complete SSE event, and the event with its data replaced (pure); JSON
+objects read from answers and events.
 
 A call filter rewrites a few events of a relayed stream; everything else about the event (its
 `event:` line, its blank-line end) stays as the upstream sent it.
@@ -7,8 +8,20 @@ A call filter rewrites a few events of a relayed stream; everything else about t
 from __future__ import annotations
 
 import re
+from typing import Any
+
+import orjson
 
 _DATA_LINE = re.compile(rb"^data:[ ]?([^\r\n]*)(\r\n|\r|\n|$)", re.MULTILINE)
+
+
+def json_object(data: bytes) -> dict[str, Any] | None:
+    """`data` parsed when it is a JSON object (an answer, an event's data), else None."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def data_of(event: bytes) -> bytes:
