@@ -23,16 +23,16 @@ import orjson
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from compression.handles import RECALL_TOOL
 from proxy.auth import Authenticator
 from proxy.conversations import Conversations
-from proxy.errors import BadRequest, ProxyError, UpstreamStatus, unknown_model
+from proxy.errors import BadRequest, UpstreamStatus, unknown_model
 from proxy.frontdoor import FrontDoor, StreamWatch, Usage
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
 from proxy.images import ImageLimit, image_limit, shrink_images
 from proxy.metrics import Metrics
 from proxy.recall import Recaller
+from proxy.rounds import Recalled, Rounds
 from proxy.settings import ModelRule, Settings
 from proxy.streaming import EventStreamResponse, StreamRelay
 from proxy.turn import Turn
@@ -57,6 +57,7 @@ class Gateway:
         self.auth = auth
         self.metrics = metrics
         self.recaller = recaller
+        self.rounds = Rounds(recaller, metrics, self._open_stream)
 
     async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         """Serve one request of `door`'s API; raises ProxyError for the error handler."""
@@ -137,7 +138,7 @@ class Gateway:
         measured, first = turn, response.content
         content, recall = first, Recalled(turn)
         if turn.tools:
-            turn, response, content, recall = await self._recall_complete(turn, response, headers)
+            turn, response, content, recall = await self.rounds.complete(turn, response, headers)
         out_headers = client_response_headers(response.headers.items())
         out_headers.update(turn.response_headers())
         out_headers.pop("content-type", None)
@@ -150,55 +151,6 @@ class Gateway:
             # Bookkeeping runs once the client has its answer: it is not what they wait for.
             background=BackgroundTask(self._answered, measured, first, recall),
         )
-
-    async def _recall_complete(
-        self, turn: Turn, response: httpx.Response, headers: dict[str, str]
-    ) -> tuple[Turn, httpx.Response, bytes, Recalled]:
-        """Answer the model's recall calls and call it again, until it answers the client (or
-        the budget is spent: its last calls are then kept from the client)."""
-        started = time.perf_counter()
-        content, first = response.content, turn
-        left = self.recaller.budget(turn)
-        while (found := turn.door.tool_calls(content, RECALL_TOOL)) is not None:
-            if left.rounds <= 0:
-                break
-            following, left = await self.recaller.answer(turn, found, left)
-            again = await self._round(following, headers)
-            if again is None:
-                # The model asked for the archive and cannot have it: it answers the request
-                # as the client sent it, without the tool.
-                following = replace(first, tools=())
-                again = await self._round(following, headers)
-                if again is None:
-                    break
-            turn, response, content = following, again, again.content
-        hidden = turn.door.tool_calls(content, RECALL_TOOL) is not None
-        if hidden:
-            self.metrics.recall_hidden.inc()
-            content = turn.door.without_calls(content, RECALL_TOOL)
-        return turn, response, content, Recalled(turn, hidden, time.perf_counter() - started)
-
-    async def _round(self, turn: Turn, headers: dict[str, str]) -> httpx.Response | None:
-        """One more non-streamed call for `turn`; None (logged) when it fails."""
-        sent = time.perf_counter()
-        try:
-            answer = await turn.upstream.call(
-                "POST", turn.door.upstream_path, turn.upstream_body(), headers
-            )
-        except ProxyError as exc:
-            log.warning("session %s: a recall round failed: %s", turn.key.key, exc)
-            self.metrics.recalled("round_failed", 0)
-            return None
-        self.metrics.upstream_done(turn, sent, answer.status_code)
-        if answer.status_code >= 400:
-            log.warning(
-                "session %s: a recall round got %d from the upstream",
-                turn.key.key,
-                answer.status_code,
-            )
-            self.metrics.recalled("round_failed", 0)
-            return None
-        return answer
 
     async def _answered(self, turn: Turn, answer: bytes, recall: Recalled) -> None:
         await self._finish(turn, turn.door.usage(answer))
@@ -258,9 +210,7 @@ class Gateway:
             held: list[bytes] = []
             started = time.perf_counter()
             if turn.tools:
-                turn, response, relay, held, stack = await self._recall_stream(
-                    turn, response, relay, stack
-                )
+                turn, response, relay, held = await self.rounds.stream(turn, response, relay, stack)
             recall = Recalled(turn, False, time.perf_counter() - started)
         except BaseException:
             await stack.aclose()
@@ -274,60 +224,6 @@ class Gateway:
             response.status_code,
             out_headers,
         )
-
-    async def _recall_stream(
-        self, turn: Turn, response: httpx.Response, relay: StreamRelay, stack: AsyncExitStack
-    ) -> tuple[Turn, httpx.Response, StreamRelay, list[bytes], AsyncExitStack]:
-        """Hold each stream back until it shows what it is: a stream that opens with recall
-        calls is read to its end, answered from the archive and followed by a new round;
-        the first that does not is the client's, its events held so far given first. Recall
-        calls in the client's stream (after its text, or once the budget is spent) are
-        filtered out of it."""
-        left, first = self.recaller.budget(turn), turn
-        while True:
-            answer = turn.door.answer_stream(RECALL_TOOL)
-            held = await relay.hold(answer)
-            if answer.decided == "recall" and left.rounds > 0:
-                held += await relay.hold(answer, to_end=True)
-                found = turn.door.tool_calls(answer.answer(), RECALL_TOOL)
-            else:
-                found = None
-            if found is None or relay.watch.failed is not None:
-                relay.filter = turn.door.call_filter(RECALL_TOOL)
-                return turn, response, relay, held, stack
-            following, left = await self.recaller.answer(turn, found, left)
-            round_stack = AsyncExitStack()
-            try:
-                _, response_next, relay_next = await self._open_stream(
-                    following, round_stack, recover=False
-                )
-            except (ProxyError, UpstreamStatus) as exc:
-                await round_stack.aclose()
-                log.warning("session %s: a recall round failed: %s", turn.key.key, exc)
-                self.metrics.recalled("round_failed", 0)
-                plain = await self._plain_stream(first)
-                if plain is None:
-                    relay.filter = turn.door.call_filter(RECALL_TOOL)
-                    return turn, response, relay, held, stack
-                await stack.aclose()
-                plain_turn, plain_response, plain_relay, plain_stack = plain
-                return plain_turn, plain_response, plain_relay, [], plain_stack
-            await stack.aclose()  # the round answered is read: close its connection
-            turn, response, relay, stack = following, response_next, relay_next, round_stack
-
-    async def _plain_stream(
-        self, first: Turn
-    ) -> tuple[Turn, httpx.Response, StreamRelay, AsyncExitStack] | None:
-        """The first round's request again without the recall tool, streamed (None when
-        that fails too): what the model answers when it cannot have the archive."""
-        plain, stack = replace(first, tools=()), AsyncExitStack()
-        try:
-            _, response, relay = await self._open_stream(plain, stack, recover=False)
-        except (ProxyError, UpstreamStatus) as exc:
-            await stack.aclose()
-            log.warning("session %s: the request without recall failed: %s", first.key.key, exc)
-            return None
-        return plain, response, relay, stack
 
     async def _relay(
         self,
@@ -356,15 +252,6 @@ class Gateway:
                 if hidden:
                     self.metrics.recall_hidden.inc()
                 await self.recaller.record(measured.turn, recall.turn, hidden, recall.seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class Recalled:
-    """What the recall rounds of one request came to."""
-
-    turn: Turn  # the turn of the round the client got
-    hidden: bool = False  # recall calls were kept from the client unanswered
-    seconds: float = 0.0  # spent in recall rounds
 
 
 @dataclass(frozen=True, slots=True)

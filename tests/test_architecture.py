@@ -53,6 +53,8 @@ PROXY_LAYERS = {
     "proxy.conversations": EDGE,
     "proxy.compaction": EDGE | {"proxy.conversations", "proxy.policy", "proxy.doors"},
     "proxy.turn": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.policy"},
+    "proxy.rounds": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.doors"},
+    "proxy.recall": EDGE | {"proxy.rounds", "proxy.conversations", "proxy.compaction"},
 }
 
 
