@@ -3,10 +3,12 @@ mistakes."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import orjson
 
+from compression.types import ToolSchema
 from proxy.errors import BadRequest
 
 
@@ -47,3 +49,23 @@ def json_type(value: Any) -> str:
     if isinstance(value, list):
         return "an array" if value else "an empty array"
     return "an object"
+
+
+# (name, description, JSON schema of the parameters) -> the tool in a door's shape
+ToolShape = Callable[[Any, str, Any], dict[str, Any]]
+
+
+def with_tools(client_tools: Any, tools: Sequence[ToolSchema], shape: ToolShape) -> list[Any]:
+    """The client's tools, then each of ctxgate's (chat shape) in the door's `shape`, unless
+    the client already has a tool of that name."""
+    out: list[Any] = list(client_tools) if isinstance(client_tools, list) else []
+    taken = {tool.get("name") for tool in out if isinstance(tool, dict)}
+    for tool in tools:
+        function = cast(dict[str, Any], tool).get("function") or {}
+        name = function.get("name")
+        if name in taken:
+            continue
+        taken.add(name)
+        schema = function.get("parameters", {"type": "object", "properties": {}})
+        out.append(shape(name, function.get("description", ""), schema))
+    return out

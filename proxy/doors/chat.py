@@ -17,6 +17,7 @@ import orjson
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
 from compression.types import Message, ToolSchema
 from proxy.doors import chat_recall
+from proxy.doors.bodies import with_tools
 from proxy.doors.chat_recall import ChatAnswerStream, ChatCallFilter
 from proxy.doors.chat_request import client_wants_usage, parse_chat_request
 from proxy.errors import ProxyError
@@ -101,7 +102,7 @@ class ChatDoor:
         body: dict[str, Any] = dict(request.body)
         body["messages"] = view
         if tools:
-            body["tools"] = [*(body.get("tools") or []), *tools]
+            body["tools"] = with_tools(body.get("tools"), tools, _chat_tool)
         if request.stream and not wants_usage:
             options = body.get("stream_options")
             body["stream_options"] = {
@@ -165,6 +166,13 @@ class ChatDoor:
 
     def call_filter(self, name: str) -> ChatCallFilter:
         return ChatCallFilter(name)
+
+
+def _chat_tool(name: Any, description: str, schema: Any) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": schema},
+    }
 
 
 def _usage_in(raw: bytes) -> Usage | None:

@@ -22,6 +22,7 @@ from typing import Any, cast
 import orjson
 
 from compression.types import ToolSchema
+from proxy.doors import bodies
 from proxy.doors.messages_blocks import WireMessage, to_chat
 from proxy.doors.sse_data import data_of, json_object, with_data
 from proxy.frontdoor import AnswerCalls, ToolCall
@@ -35,22 +36,15 @@ _BLOCK_EVENTS = frozenset({"content_block_start", "content_block_delta", "conten
 def with_tools(client_tools: Any, tools: Sequence[ToolSchema]) -> list[Any]:
     """The client's tools, then each of ctxgate's (chat shape) as a Messages tool, unless the
     client already has a tool of that name."""
-    out: list[Any] = list(client_tools) if isinstance(client_tools, list) else []
-    taken = {tool.get("name") for tool in out if isinstance(tool, dict)}
-    for tool in tools:
-        function = cast(dict[str, Any], tool).get("function") or {}
-        name = function.get("name")
-        if name in taken:
-            continue
-        taken.add(name)
-        out.append(
-            {
-                "name": name,
-                "description": function.get("description", ""),
-                "input_schema": function.get("parameters", {"type": "object", "properties": {}}),
-            }
-        )
-    return out
+    return bodies.with_tools(
+        client_tools,
+        tools,
+        lambda name, description, schema: {
+            "name": name,
+            "description": description,
+            "input_schema": schema,
+        },
+    )
 
 
 def calls_tool(block: Any, name: str) -> bool:

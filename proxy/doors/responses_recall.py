@@ -25,6 +25,7 @@ from typing import Any, cast
 import orjson
 
 from compression.types import Message, ToolSchema
+from proxy.doors import bodies
 from proxy.doors.responses_items import group_message, item_kind
 from proxy.doors.responses_stream import event_type
 from proxy.doors.responses_wire import request_body
@@ -57,23 +58,16 @@ def render_request(
 def with_tools(client_tools: Any, tools: Sequence[ToolSchema]) -> list[Any]:
     """The client's tools, then each of ctxgate's (chat shape) as a Responses function tool,
     unless the client already has a tool of that name."""
-    out: list[Any] = list(client_tools) if isinstance(client_tools, list) else []
-    taken = {tool.get("name") for tool in out if isinstance(tool, dict)}
-    for tool in tools:
-        function = cast(dict[str, Any], tool).get("function") or {}
-        name = function.get("name")
-        if name in taken:
-            continue
-        taken.add(name)
-        out.append(
-            {
-                "type": "function",
-                "name": name,
-                "description": function.get("description", ""),
-                "parameters": function.get("parameters", {"type": "object", "properties": {}}),
-            }
-        )
-    return out
+    return bodies.with_tools(
+        client_tools,
+        tools,
+        lambda name, description, schema: {
+            "type": "function",
+            "name": name,
+            "description": description,
+            "parameters": schema,
+        },
+    )
 
 
 # -- a finished answer --------------------------------------------------------------------------
