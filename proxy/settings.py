@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +16,10 @@ from typing import Any
 
 import yaml
 
+from proxy.config_reader import Reader, interpolate
+from proxy.config_reader import SettingsError as SettingsError  # raised by load_settings
+
 APIS = ("chat", "responses", "messages")  # the wire APIs ctxgate has front doors for
-
-
-class SettingsError(ValueError):
-    """The configuration is invalid; the message names the offending key."""
 
 
 # Each field's docstring (the string literal under it) is its one-line description in the
@@ -231,83 +229,7 @@ class Settings:
         return None
 
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def _interpolate(value: Any, environ: Mapping[str, str]) -> Any:
-    if isinstance(value, str):
-        return _VAR.sub(lambda m: environ.get(m.group(1), m.group(2) or ""), value)
-    if isinstance(value, list):
-        return [_interpolate(v, environ) for v in value]
-    if isinstance(value, dict):
-        return {k: _interpolate(v, environ) for k, v in value.items()}
-    return value
-
-
-class _Reader:
-    """Typed access to one YAML mapping, remembering its dotted path for error messages."""
-
-    def __init__(self, data: Any, path: str) -> None:
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise SettingsError(f"{path or 'config'}: expected a mapping")
-        self.data: dict[str, Any] = data
-        self.path = path
-        self.used: set[str] = set()
-
-    def _key(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        self.used.add(key)
-        value = self.data.get(key, default)
-        if value is None or value == "":
-            return default
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if kind in (int, float) and isinstance(value, str):
-            try:
-                return kind(value)
-            except ValueError:
-                pass
-        if kind is bool and isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            raise SettingsError(f"{self._key(key)}: expected {_kind_name(kind)}, got {value!r}")
-        return value
-
-    def positive(self, key: str, kind: type, default: Any) -> Any:
-        value = self.get(key, kind, default)
-        if value is not None and value <= 0:
-            raise SettingsError(f"{self._key(key)}: must be greater than 0, got {value!r}")
-        return value
-
-    def fraction(self, key: str, default: float) -> float:
-        value: float = self.get(key, float, default)
-        if not 0 < value <= 1:
-            raise SettingsError(f"{self._key(key)}: must be in (0, 1], got {value!r}")
-        return value
-
-    def child(self, key: str) -> _Reader:
-        self.used.add(key)
-        return _Reader(self.data.get(key), self._key(key))
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            raise SettingsError(f"{self._key(unknown[0])}: unknown key")
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
-    names.update({list: "a list", dict: "a mapping"})
-    if isinstance(kind, tuple):
-        return " or ".join(names.get(k, k.__name__) for k in kind)
-    return names.get(kind, kind.__name__)
-
-
-def _server(r: _Reader) -> ServerSettings:
+def _server(r: Reader) -> ServerSettings:
     d = ServerSettings()
     out = ServerSettings(
         host=r.get("host", str, d.host),
@@ -320,7 +242,7 @@ def _server(r: _Reader) -> ServerSettings:
     return out
 
 
-def _storage(r: _Reader) -> StorageSettings:
+def _storage(r: Reader) -> StorageSettings:
     d = StorageSettings()
     url: str = r.get("url", str, d.url)
     if not url.startswith(("sqlite+aiosqlite:", "postgresql+asyncpg:")):
@@ -338,7 +260,7 @@ def _storage(r: _Reader) -> StorageSettings:
     return out
 
 
-def _upstream(name: str, r: _Reader) -> UpstreamSettings:
+def _upstream(name: str, r: Reader) -> UpstreamSettings:
     base_url: str | None = r.get("base_url", str, None)
     if not base_url:
         raise SettingsError(f"{r._key('base_url')}: required")
@@ -363,7 +285,7 @@ def _upstream(name: str, r: _Reader) -> UpstreamSettings:
     return out
 
 
-def _apis(r: _Reader) -> tuple[str, ...]:
+def _apis(r: Reader) -> tuple[str, ...]:
     raw = r.get("apis", list, ["chat", "responses"])
     unknown = [api for api in raw if api not in APIS]
     if unknown or not raw:
@@ -378,7 +300,7 @@ def _models(raw: Any, upstreams: Mapping[str, UpstreamSettings]) -> tuple[ModelR
         raise SettingsError("models: expected a non-empty list of rules")
     rules = []
     for i, item in enumerate(raw):
-        r = _Reader(item, f"models[{i}]")
+        r = Reader(item, f"models[{i}]")
         upstream = r.get("upstream", str, next(iter(upstreams)))
         if upstream not in upstreams:
             raise SettingsError(f"models[{i}].upstream: unknown upstream {upstream!r}")
@@ -395,7 +317,7 @@ def _models(raw: Any, upstreams: Mapping[str, UpstreamSettings]) -> tuple[ModelR
     return tuple(rules)
 
 
-def _compression(r: _Reader, upstreams: Mapping[str, UpstreamSettings]) -> CompressionSettings:
+def _compression(r: Reader, upstreams: Mapping[str, UpstreamSettings]) -> CompressionSettings:
     d = CompressionSettings()
     s = r.child("summary")
     summary = SummarySettings(
@@ -448,7 +370,7 @@ _HOMES = {
 }
 
 
-def _auth(r: _Reader) -> AuthSettings:
+def _auth(r: Reader) -> AuthSettings:
     keys = r.get("keys", list, [])
     if not all(isinstance(k, str) and k for k in keys):
         raise SettingsError("auth.keys: expected a list of non-empty strings")
@@ -457,7 +379,7 @@ def _auth(r: _Reader) -> AuthSettings:
     return out
 
 
-def _logging(r: _Reader) -> LoggingSettings:
+def _logging(r: Reader) -> LoggingSettings:
     level: str = r.get("level", str, "info").lower()
     if level not in ("debug", "info", "warning", "error"):
         raise SettingsError(f"logging.level: expected debug, info, warning or error, got {level!r}")
@@ -482,7 +404,7 @@ def _default_document(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def parse_settings(document: Any, environ: Mapping[str, str]) -> Settings:
     """Validate an already-loaded YAML document into `Settings`."""
-    root = _Reader(_interpolate(document, environ), "")
+    root = Reader(interpolate(document, environ), "")
     ups = root.child("upstreams")
     if not ups.data:
         raise SettingsError("upstreams: at least one upstream is required")
@@ -502,7 +424,7 @@ def parse_settings(document: Any, environ: Mapping[str, str]) -> Settings:
     return settings
 
 
-def _tokens(r: _Reader) -> TokenSettings:
+def _tokens(r: Reader) -> TokenSettings:
     out = TokenSettings(encodings_dir=r.get("encodings_dir", str, None))
     r.done()
     return out
