@@ -28,7 +28,7 @@ from proxy.frontdoor import FrontDoor
 from proxy.gateway import Gateway
 from proxy.metrics import Metrics
 from proxy.models import Models
-from proxy.pressure import estimate_view
+from proxy.pressure import measure
 from proxy.recall import Recaller
 from proxy.relay import router as relay_router
 from proxy.responses_routes import router as responses_router
@@ -126,10 +126,12 @@ async def start_services(
         store,
         settings.compression.recall,
         lambda turn: models.counter(turn.rule, turn.request.model),
-        lambda turn: estimate_view(
-            turn,
-            models.counter(turn.rule, turn.request.model),
-            models.calibration(turn.request.model),
+        lambda turn: (
+            measure(
+                turn,
+                models.counter(turn.rule, turn.request.model),
+                models.calibration(turn.request.model),
+            ).tokens
         ),
         metrics,
     )

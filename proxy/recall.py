@@ -90,7 +90,7 @@ def budget(turn: Turn, settings: RecallSettings, used: int, counter: TokenCounte
     """The request's recall allowance: the settings, within the room the window has left
     and, when the client set an output limit, within what that limit can give up (a
     provider that counts it refuses a prompt that grows into it; see `_output_after`).
-    `used` is the view's estimate, tools included."""
+    `used` is the view's size, tools included."""
     room = turn.context_length - used - (reservation(turn) or 0) - _overhead(counter)
     asked = _asked(turn)
     if asked is not None:
@@ -263,7 +263,9 @@ class Recaller:
         self.store = store
         self.settings = settings
         self.counter = counter
-        self.estimate = estimate  # the view's tokens, tools included, calibrated
+        # The view's tokens, tools included: the session's last real figure plus what was
+        # appended when it has one (no recount of a long history), else the estimate.
+        self.estimate = estimate
         self.metrics = metrics
 
     def offer(self, turn: Turn) -> Turn:
