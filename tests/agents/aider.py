@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests.agents.binaries import agent_binary, required_binary
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALLED = REPO / ".agents" / "aider" / "bin" / "aider"
@@ -41,23 +40,12 @@ NO_LIMIT = 1_000_000
 
 def aider_binary() -> Path | None:
     """aider installed by scripts/install-aider.sh, else one on PATH."""
-    if INSTALLED.exists():
-        return INSTALLED
-    found = shutil.which("aider")
-    return Path(found) if found else None
+    return agent_binary(INSTALLED, "aider")
 
 
 def required_aider() -> Path:
-    """The aider binary for a test: skipped when it is not installed, failed when CI installed
-    it (CTXGATE_TEST_AIDER=1) and it is missing all the same."""
-    found = aider_binary()
-    if found is None:
-        if os.environ.get("CTXGATE_TEST_AIDER") == "1":
-            pytest.fail(
-                "CTXGATE_TEST_AIDER=1 but aider is not installed (scripts/install-aider.sh)"
-            )
-        pytest.skip("aider is not installed: run scripts/install-aider.sh")
-    return found
+    """The aider binary for a test (skipped, or failed under CTXGATE_TEST_AIDER=1, without it)."""
+    return required_binary(INSTALLED, "aider", "CTXGATE_TEST_AIDER", "scripts/install-aider.sh")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,13 +7,12 @@ Install the binary with ``scripts/install-codex.sh`` (it lands in ``.agents/code
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests.agents.binaries import agent_binary, required_binary
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALLED = REPO / ".agents" / "codex" / "node_modules" / ".bin" / "codex"
@@ -21,24 +20,13 @@ API_KEY_ENV = "CTXGATE_CODEX_API_KEY"
 
 
 def codex_binary() -> Path | None:
-    """The Codex CLI installed by scripts/install-codex.sh, else one on PATH."""
-    if INSTALLED.exists():
-        return INSTALLED
-    found = shutil.which("codex")
-    return Path(found) if found else None
+    """codex installed by scripts/install-codex.sh, else one on PATH."""
+    return agent_binary(INSTALLED, "codex")
 
 
 def required_codex() -> Path:
-    """The Codex binary for a test: skipped when it is not installed, failed when CI installed
-    it (CTXGATE_TEST_CODEX=1) and it is missing all the same."""
-    found = codex_binary()
-    if found is None:
-        if os.environ.get("CTXGATE_TEST_CODEX") == "1":
-            pytest.fail(
-                "CTXGATE_TEST_CODEX=1 but codex is not installed (scripts/install-codex.sh)"
-            )
-        pytest.skip("codex is not installed: run scripts/install-codex.sh")
-    return found
+    """The codex binary for a test (skipped, or failed under CTXGATE_TEST_CODEX=1, without it)."""
+    return required_binary(INSTALLED, "codex", "CTXGATE_TEST_CODEX", "scripts/install-codex.sh")
 
 
 @dataclass(frozen=True)
