@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.agents.binaries import agent_binary, required_binary
+from tests.agents.binaries import agent_binary, required_binary, run_headless
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALLED = REPO / ".agents" / "aider" / "bin" / "aider"
@@ -177,24 +175,5 @@ class Aider:
         """One aider process answering ``message`` with ``files`` (relative to ``workdir``)
         added to the chat; a timeout kills it and reports ``exit_code`` None."""
         command = self.command(message, files, restore=restore, history_tokens=history_tokens)
-        started = time.monotonic()
-        try:
-            done = subprocess.run(
-                command,
-                cwd=self.workdir,
-                env=self.env(),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired as exc:
-            killed = _text(exc.stderr) + f"\n[aider killed after {timeout:.0f} s]"
-            return AiderRun(None, _text(exc.stdout), killed, timeout)
-        return AiderRun(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
-
-
-def _text(value: bytes | str | None) -> str:
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return value or ""
+        done = run_headless(command, self.workdir, self.env(), timeout, "aider")
+        return AiderRun(done.code, done.stdout, done.stderr, done.seconds)

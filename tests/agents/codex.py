@@ -7,12 +7,10 @@ Install the binary with ``scripts/install-codex.sh`` (it lands in ``.agents/code
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.agents.binaries import agent_binary, required_binary
+from tests.agents.binaries import agent_binary, required_binary, run_headless
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALLED = REPO / ".agents" / "codex" / "node_modules" / ".bin" / "codex"
@@ -138,26 +136,6 @@ class Codex:
             str(self.workdir),
             task,
         ]
-        started = time.monotonic()
-        try:
-            done = subprocess.run(
-                command,
-                cwd=self.workdir,
-                env=self.env(),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-            code, out, err = done.returncode, done.stdout, done.stderr
-        except subprocess.TimeoutExpired as exc:
-            code = -9
-            out = _text(exc.stdout)
-            err = _text(exc.stderr) + f"\n[codex killed after {timeout:.0f} s]"
-        return CodexRun(code, out, err, time.monotonic() - started, self.workdir)
-
-
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
+        done = run_headless(command, self.workdir, self.env(), timeout, "codex")
+        code = -9 if done.code is None else done.code
+        return CodexRun(code, done.stdout, done.stderr, done.seconds, self.workdir)
