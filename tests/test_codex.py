@@ -14,6 +14,8 @@ Needs the binary from scripts/install-codex.sh; skipped without it, unless CTXGA
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -35,6 +37,29 @@ MODEL = "sim-codex-16k"
 COMMAND = 'echo "step {n}"; seq -s " " {n}000 {n}300'
 
 
+@contextmanager
+def through_ctxgate(
+    sim: Simulator, tmp_path: Path, binary: Path, window: int
+) -> Iterator[tuple[Codex, ThreadedServer, Recorder]]:
+    """Codex pointed at a real ctxgate (whose config gives the model `window`) in front of
+    `sim`; the recorder keeps what Codex sent."""
+    models = [{"match": "*", "upstream": "sim", "context_length": window}]
+    settings = settings_for(sim.base_url, str(tmp_path / "ctxgate.db"), models=models)
+    recorder = Recorder(create_app(settings), "/v1/responses")
+    with ThreadedServer(recorder, name="ctxgate", lifespan="on") as proxy:
+        yield (
+            Codex(
+                f"http://127.0.0.1:{proxy.port}/v1",
+                MODEL,
+                tmp_path,
+                binary=binary,
+                context_window=1_000_000,  # Codex must not compact by itself: ctxgate does
+            ),
+            proxy,
+            recorder,
+        )
+
+
 @pytest.mark.parametrize("configured", [WINDOW, 128_000], ids=["window-known", "window-unknown"])
 def test_codex_exec_through_ctxgate_at_a_16k_window(tmp_path: Path, configured: int) -> None:
     """With the window unknown to ctxgate, the provider's `response.failed` overflows (inside a
@@ -44,17 +69,7 @@ def test_codex_exec_through_ctxgate_at_a_16k_window(tmp_path: Path, configured: 
     with Simulator(models={MODEL: spec}) as sim:
         agent = ShellAgent(turns=TURNS, command=COMMAND)
         sim.responder = agent
-        models = [{"match": "*", "upstream": "sim", "context_length": configured}]
-        settings = settings_for(sim.base_url, str(tmp_path / "ctxgate.db"), models=models)
-        recorder = Recorder(create_app(settings), "/v1/responses")
-        with ThreadedServer(recorder, name="ctxgate", lifespan="on") as proxy:
-            codex = Codex(
-                f"http://127.0.0.1:{proxy.port}/v1",
-                MODEL,
-                tmp_path,
-                binary=binary,
-                context_window=1_000_000,  # Codex must not compact by itself: ctxgate does
-            )
+        with through_ctxgate(sim, tmp_path, binary, configured) as (codex, proxy, recorder):
             run = codex.exec("Run the numbered steps with the shell, one at a time.", timeout=400)
             services = recorder.app.state.services
             assert recorder.bodies, run.stderr[-3000:]
@@ -107,17 +122,7 @@ def test_codex_never_sees_ctxgate_recall(tmp_path: Path) -> None:
     with Simulator(models={MODEL: ModelSpec(window=WINDOW)}) as sim:
         agent = RecallFirst(ShellAgent(turns=16, command=COMMAND))
         sim.responder = agent
-        models = [{"match": "*", "upstream": "sim", "context_length": WINDOW}]
-        settings = settings_for(sim.base_url, str(tmp_path / "ctxgate.db"), models=models)
-        recorder = Recorder(create_app(settings), "/v1/responses")
-        with ThreadedServer(recorder, name="ctxgate", lifespan="on") as proxy:
-            codex = Codex(
-                f"http://127.0.0.1:{proxy.port}/v1",
-                MODEL,
-                tmp_path,
-                binary=binary,
-                context_window=1_000_000,
-            )
+        with through_ctxgate(sim, tmp_path, binary, WINDOW) as (codex, _, recorder):
             run = codex.exec("Run the numbered steps with the shell, one at a time.", timeout=400)
         forwarded = sim.responses_requests
     assert run.exit_code == 0, run.stderr[-3000:]
