@@ -35,7 +35,8 @@ from proxy.responses_routes import router as responses_router
 from proxy.routes import header_dict, read_request_body, router
 from proxy.sessions import Sessions
 from proxy.settings import Settings
-from proxy.upstream import Upstream, new_http_transport
+from proxy.transport import new_http_transport
+from proxy.upstream import Upstream
 from storage import SessionLocks, SessionStore
 
 log = logging.getLogger("ctxgate")
@@ -98,7 +99,7 @@ async def start_services(
     clock: Callable[[], float] = time.time,
 ) -> Services:
     engine = engine or build_engine(settings)
-    http = http_transport or new_http_transport()
+    http = http_transport or new_http_transport(settings.server.upstream_client)
     owns_store = store is None
     if store is None:
         store = await SessionStore.open(

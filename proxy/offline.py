@@ -23,7 +23,8 @@ from proxy.frontdoor import WireRequest
 from proxy.headers import upstream_request_headers
 from proxy.settings import Settings
 from proxy.summarizer import UpstreamSummarizer, summary_route
-from proxy.upstream import Upstream, new_http_transport
+from proxy.transport import new_http_transport
+from proxy.upstream import Upstream
 
 
 def _bodies(path: str) -> list[bytes]:
@@ -43,7 +44,7 @@ async def compress_file(
     settings: Settings, path: str, *, model: str | None, force: bool, focus: str | None
 ) -> int:
     engine = build_engine(settings)
-    http = new_http_transport()
+    http = new_http_transport(settings.server.upstream_client)
     status = 0
     try:
         for raw in _bodies(path):

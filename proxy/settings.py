@@ -44,6 +44,9 @@ class ServerSettings:
     body_timeout_s: float = 30.0
     """Seconds a client may go without sending any byte of a request body it has started; a
     stalled body is answered 408 and its connection closed."""
+    upstream_client: str = "aiohttp"
+    """What carries upstream calls under httpx's API: `aiohttp` (its C HTTP parser; less CPU
+    per request) or `httpx` (httpx's own pool, h11)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +240,12 @@ def _server(r: Reader) -> ServerSettings:
         max_body_bytes=r.positive("max_body_bytes", int, d.max_body_bytes),
         held_request_bytes=r.positive("held_request_bytes", int, d.held_request_bytes),
         body_timeout_s=r.positive("body_timeout_s", float, d.body_timeout_s),
+        upstream_client=r.get("upstream_client", str, d.upstream_client),
     )
+    if out.upstream_client not in ("aiohttp", "httpx"):
+        raise SettingsError(
+            f"{r._key('upstream_client')}: must be aiohttp or httpx, got {out.upstream_client!r}"
+        )
     r.done()
     return out
 

@@ -1,4 +1,4 @@
-"""Calls to upstream providers over one shared httpx connection pool.
+"""Calls to upstream providers over one shared connection pool (proxy/transport.py).
 
 Requests go straight to httpx's transport: a proxy has no use for the client layer above it
 (cookies, redirects, auth flows, default headers), which costs a good part of a millisecond
@@ -15,12 +15,6 @@ import httpx
 from proxy.errors import ProxyError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
 from proxy.headers import client_response_headers, wire_headers
 from proxy.settings import UpstreamSettings
-
-
-def new_http_transport() -> httpx.AsyncBaseTransport:
-    """The connection pool every upstream call goes through (never follows redirects)."""
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=60)
-    return httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
 
 
 def map_transport_error(exc: httpx.HTTPError, upstream: UpstreamSettings) -> ProxyError:
