@@ -74,7 +74,12 @@ from bench.overhead_services import (  # noqa: E402
 )
 
 PROFILE_RATE = 200  # samples/s: low enough that py-spy barely slows the process down
-PROFILE_CASES = (("8k-nonstream", False), ("8k-stream", True), ("64k-nonstream", False))
+PROFILE_CASES = (
+    ("8k-nonstream", False),
+    ("8k-stream", True),
+    ("64k-nonstream", False),
+    ("64k-stream", True),
+)
 
 
 def serve_simulator(port: int) -> int:
@@ -272,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     services = [sim]
     if "floor" in args.proxies:
         services.append(floor_service(run_dir, upstream))
+    if "floor-aiohttp" in args.proxies:
+        services.append(floor_service(run_dir, upstream, "aiohttp"))
     if "ctxgate" in args.proxies:
         services.append(ctxgate_service(run_dir, upstream, args.context_length))
     services += peer_services(args, run_dir, upstream)
@@ -314,10 +321,12 @@ def write_results(args: argparse.Namespace, report: str, raw: dict[str, Any]) ->
 
 
 def _version(svc: Service) -> str:
-    if svc.name == "floor":
+    if svc.name.startswith("floor"):
+        import aiohttp
         import uvicorn
 
-        return f"uvicorn {uvicorn.__version__}, httpx {httpx.__version__}"
+        client = f"aiohttp {aiohttp.__version__}" if svc.name == "floor-aiohttp" else ""
+        return f"uvicorn {uvicorn.__version__}, httpx {httpx.__version__} {client}".strip()
     package = {"litellm": "litellm", "headroom": "headroom-ai", "ctxgate": "ctxgate"}.get(svc.name)
     if package is None:
         return "-"

@@ -6,6 +6,9 @@ upstream, and relays the answer: a whole body at once, or an event stream chunk 
 chunks arrive. No parsing, no framework, no logging. What ctxgate adds above this is the cost
 of what ctxgate does; what this adds over a direct call is the cost of being a Python proxy.
 
+`--client aiohttp` puts ctxgate's own transport (proxy/transport.py: aiohttp under httpx's
+transport API) in place of httpx's default one: the floor of ctxgate's stack as it ships.
+
     python -m bench.overhead_floor --port 8899 --upstream http://127.0.0.1:8898/v1
 """
 
@@ -16,6 +19,8 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 import httpx
+
+from proxy.transport import new_http_transport
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -30,14 +35,11 @@ TIMEOUT = httpx.Timeout(120.0, connect=10.0).as_dict()
 class Relay:
     """ASGI app: `/v1/<path>` goes to `<upstream>/<path>`; `/health` answers itself."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, client: str = "httpx") -> None:
         self.upstream = upstream.rstrip("/")
         # The transport, not an AsyncClient: ctxgate calls its transport directly as well, so
         # the client layer's cookies/redirects/auth machinery is in neither figure.
-        limits = httpx.Limits(
-            max_connections=1000, max_keepalive_connections=200, keepalive_expiry=60
-        )
-        self.transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+        self.transport = new_http_transport(client)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -114,9 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--upstream", required=True, help="base URL, e.g. http://127.0.0.1:PORT/v1")
+    p.add_argument("--client", choices=("httpx", "aiohttp"), default="httpx")
     args = p.parse_args(argv)
     uvicorn.run(
-        Relay(args.upstream),
+        Relay(args.upstream, args.client),
         host="127.0.0.1",
         port=args.port,
         loop="uvloop",

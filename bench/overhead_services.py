@@ -20,7 +20,7 @@ import httpx
 from bench.overhead_requests import API_KEY, MODEL, BenchError, request_headers, timed_request
 
 REPO = Path(__file__).resolve().parent.parent
-PROXIES = ("floor", "ctxgate", "litellm", "headroom")
+PROXIES = ("floor", "floor-aiohttp", "ctxgate", "litellm", "headroom")
 ESSENTIAL = ("simulator", "floor", "ctxgate")  # the run stops if one of these fails
 
 
@@ -197,18 +197,20 @@ def ctxgate_service(run_dir: Path, upstream: str, context_length: int) -> Servic
     )
 
 
-def floor_service(run_dir: Path, upstream: str) -> Service:
-    """The bare uvicorn + httpx relay (bench/overhead_floor.py) in front of the same upstream."""
+def floor_service(run_dir: Path, upstream: str, client: str = "httpx") -> Service:
+    """The bare uvicorn + httpx relay (bench/overhead_floor.py) in front of the same upstream;
+    `client="aiohttp"` gives it ctxgate's own transport (the service `floor-aiohttp`)."""
     port = free_port()
     argv = [sys.executable, "-m", "bench.overhead_floor", "--port", str(port)]
-    argv += ["--upstream", upstream]
+    argv += ["--upstream", upstream, "--client", client]
     base = f"http://127.0.0.1:{port}"
+    name = "floor" if client == "httpx" else f"floor-{client}"
     return Service(
-        "floor",
+        name,
         argv,
         f"{base}/health",
         f"{base}/v1/chat/completions",
-        run_dir / "floor.log",
+        run_dir / f"{name}.log",
         OWN_ENV,
     )
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import yarl
 
 # Headers aiohttp would add when the request lacks them; a relay adds none.
 _NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
@@ -68,7 +69,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             with _httpx_errors(connecting=True):
                 response = await session.request(
                     request.method,
-                    str(request.url),
+                    # httpx has encoded the URL already; yarl would re-quote it otherwise
+                    yarl.URL(str(request.url), encoded=True),
                     headers=headers,
                     data=data,
                     allow_redirects=False,
