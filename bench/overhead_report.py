@@ -127,6 +127,8 @@ METHOD = """## Method
 - Floor: `bench/overhead_floor.py`, a bare ASGI relay on uvicorn with uvloop + httptools (what
   ctxgate runs on): reads the body, forwards it through one shared httpx transport, relays the
   answer (a stream chunk by chunk). What a Python proxy costs before it does anything.
+  `floor-aiohttp` is the same relay on ctxgate's own transport (aiohttp under httpx's transport
+  API, `proxy/transport.py`); ratios are against `floor`.
 - Load: one httpx AsyncClient (HTTP/1.1 keep-alive), the identical body every time (a
   tau-bench airline history, 14 tools), to the direct URL and each proxy in alternation; the
   first target rotates each round. 16 clients: each round sends 16 simultaneous requests to one

@@ -1,7 +1,8 @@
 """Write-behind for usage records: the response path hands a record over and never waits.
 
-One background task drains a bounded queue. After the first record of a batch it lingers a
-little (`linger_s`) so that whatever arrives meanwhile goes out with it, in one transaction:
+One background task drains a bounded queue. A batch goes out once its oldest record has waited
+`linger_s` (counted from its hand-over, so time spent behind the previous write counts too), so
+that whatever arrives meanwhile goes out with it, in one transaction:
 a busy session costs one upsert per batch instead of one per request, and the database
 (one writer at a time on SQLite) sees few commits. A transaction costs ~2 ms of event-loop
 time (each statement is a round trip to aiosqlite's thread), so half a second of linger keeps
@@ -40,7 +41,8 @@ class UsageWriter:
         self._hurry = asyncio.Event()
         self._flushers = 0
         self._busy_retries = busy_retries
-        self._queue: asyncio.Queue[UsageRecord] = asyncio.Queue(max_pending)
+        # Each record with the loop time it was handed over at.
+        self._queue: asyncio.Queue[tuple[float, UsageRecord]] = asyncio.Queue(max_pending)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.written = 0
@@ -60,7 +62,7 @@ class UsageWriter:
             self._drop("the usage writer is not running")
             return
         try:
-            self._queue.put_nowait(record)
+            self._queue.put_nowait((self._task.get_loop().time(), record))
         except asyncio.QueueFull:
             self._drop("the usage queue is full")
 
@@ -89,13 +91,18 @@ class UsageWriter:
                 await self._task
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            batch = [await self._queue.get()]
-            if self._linger_s > 0:
+            handed_at, first = await self._queue.get()
+            batch = [first]
+            # A record that waited behind the previous write lingers only what is left: what
+            # a crash can lose stays bounded by the linger plus one write.
+            linger = self._linger_s - (loop.time() - handed_at)
+            if linger > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._hurry.wait(), self._linger_s)
+                    await asyncio.wait_for(self._hurry.wait(), linger)
             while len(batch) < self._max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+                batch.append(self._queue.get_nowait()[1])
             try:
                 await self._write_batch(batch)
             finally:

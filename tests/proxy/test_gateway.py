@@ -21,9 +21,11 @@ MESSAGES = [
 ]
 
 
-@pytest.fixture
-def proxy(sim: Simulator, db_path: str) -> Iterator[ProxyServer]:
-    with ProxyServer(settings_for(sim.base_url, db_path)) as server:
+@pytest.fixture(params=["aiohttp", "httpx"])
+def proxy(request: pytest.FixtureRequest, sim: Simulator, db_path: str) -> Iterator[ProxyServer]:
+    """ctxgate on each pool that can carry its upstream calls: both must behave the same."""
+    settings = settings_for(sim.base_url, db_path, server={"upstream_client": request.param})
+    with ProxyServer(settings) as server:
         yield server
 
 

@@ -101,3 +101,35 @@ async def test_a_full_queue_drops_and_counts() -> None:
     gate.set()
     await writer.close()
     assert writer.written == 4
+
+
+async def test_a_record_waiting_behind_a_slow_write_lingers_only_what_is_left() -> None:
+    """What a crash can lose is bounded by the linger plus one write: a record handed over
+    while the previous batch was being written does not start a fresh linger after it."""
+    loop = asyncio.get_running_loop()
+    committed: dict[int, float] = {}
+
+    async def slow_write(batch: list[UsageRecord]) -> None:
+        await asyncio.sleep(0.4)  # a busy database
+        for u in batch:
+            committed[u.prompt_tokens] = loop.time()
+
+    writer = UsageWriter(slow_write, linger_s=0.3)
+    writer.start()
+    writer.submit(record(1))
+    await asyncio.sleep(0.35)  # the first batch is being written now
+    handed = loop.time()
+    writer.submit(record(2))
+    await writer_idle(writer, 2.0)
+    # Old behaviour: the write ends 0.35 s after the hand-over, then a fresh 0.3 s linger and
+    # another 0.4 s write: ~1.05 s. Now the linger has run out behind the write: ~0.75 s.
+    assert committed[2] - handed < 0.3 + 0.4 + 0.15, committed[2] - handed
+    await writer.close()
+
+
+async def writer_idle(writer: UsageWriter, limit_s: float) -> None:
+    """Wait, without hurrying the writer, until every record handed over is written."""
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while writer.pending or writer.written < 2:
+        assert asyncio.get_running_loop().time() < deadline, "the writer never wrote"
+        await asyncio.sleep(0.02)
