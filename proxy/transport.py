@@ -4,9 +4,10 @@ httpx stays the client API (its requests, responses and errors are what the rest
 sees); the bytes move through aiohttp, whose C parser (llhttp) and writer cost less CPU per
 request than httpcore + h11 (bench/overhead.py measures both floors in one run). aiohttp is
 asked for nothing of its own: no cookies, redirects, decompression, environment proxies or
-default headers, so what the upstream receives is what the httpx request holds. The one
-thing it cannot send byte for byte, a header value that is not UTF-8, goes through httpx's
-own transport; `server.upstream_client: httpx` uses that for everything.
+default headers, nor to resend a request by itself, so what the upstream receives is what
+the httpx request holds. What it cannot send byte for byte (a header value that is not
+UTF-8, a bodiless DELETE) goes through httpx's own transport; `server.upstream_client:
+httpx` uses that for everything.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import yarl
 
 # Headers aiohttp would add when the request lacks them; a relay adds none.
 _NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+# The methods aiohttp sends without a body as they are; for any other (DELETE, say) it adds
+# `Content-Length: 0`, which httpx does not, so such a request goes through httpx.
+_BODILESS_METHODS = aiohttp.ClientRequest.GET_METHODS
 
 
 def new_http_transport(client: str = "aiohttp") -> httpx.AsyncBaseTransport:
@@ -57,14 +61,19 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             trust_env=False,
             timeout=aiohttp.ClientTimeout(total=None),
         )
+        # aiohttp sends an idempotent request (GET, PUT, DELETE...) a second time, on a new
+        # connection, when the server drops the first without answering; httpx raises instead
+        # and a relay must not repeat a request on its own. aiohttp's own test client turns
+        # this off the same way (there is no constructor argument for it).
+        self._session._retry_connection = False
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         headers = _text_headers(request.headers.raw)
-        if headers is None:
+        data = None if headers is None else _body(request, headers)
+        if headers is None or (data is None and request.method not in _BODILESS_METHODS):
             return await self._fallback.handle_async_request(request)
         session = self._session or self._open_session()
-        data = _body(request, headers)
         try:
             with _httpx_errors(connecting=True):
                 response = await session.request(
@@ -126,14 +135,19 @@ def _text_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]] | Non
         return None
 
 
-def _body(request: httpx.Request, headers: list[tuple[str, str]]) -> bytes | _Upload:
+def _body(request: httpx.Request, headers: list[tuple[str, str]]) -> bytes | _Upload | None:
+    """The body as aiohttp takes it; None for no body and no framing header, which aiohttp
+    then sends without one (given b"" it would add `Content-Length: 0`)."""
     try:
-        return request.content
+        content = request.content
     except httpx.RequestNotRead:
         # A streamed body: aiohttp frames it itself and refuses a request that already
         # names the framing.
         headers[:] = [(k, v) for k, v in headers if k.lower() != "transfer-encoding"]
         return _Upload(request.stream)
+    if not content and "content-length" not in request.headers:
+        return None
+    return content
 
 
 class _Upload:
