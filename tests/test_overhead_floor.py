@@ -25,9 +25,10 @@ MESSAGES: list[Any] = [
 ]
 
 
-@pytest.fixture
-def floor(sim: Simulator) -> Iterator[ThreadedServer]:
-    with ThreadedServer(Relay(sim.base_url), name="floor", lifespan="on") as server:
+@pytest.fixture(params=["httpx", "aiohttp"])
+def floor(request: pytest.FixtureRequest, sim: Simulator) -> Iterator[ThreadedServer]:
+    relay = Relay(sim.base_url, request.param)
+    with ThreadedServer(relay, name="floor", lifespan="on") as server:
         yield server
 
 
@@ -108,6 +109,6 @@ def test_proxies_are_set_against_the_floor() -> None:
 
 def test_only_selects_proxies() -> None:
     assert parse_args(["--only", "ctxgate,floor"]).proxies == ["ctxgate", "floor"]
-    assert parse_args([]).proxies == ["floor", "ctxgate", "litellm", "headroom"]
+    assert parse_args([]).proxies == ["floor", "floor-aiohttp", "ctxgate", "litellm", "headroom"]
     with pytest.raises(SystemExit):
         parse_args(["--only", "ctxgate,nginx"])
