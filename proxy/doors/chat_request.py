@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from compression.types import Message, ToolSchema
 from proxy.doors.bodies import json_object, json_type, missing_or_type, required_model
+from proxy.doors.grown_bodies import GrownBodies
 from proxy.errors import BadRequest
 from proxy.frontdoor import WireRequest
 
@@ -22,16 +23,32 @@ def client_wants_usage(body: dict[str, Any]) -> bool:
     return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
-def parse_chat_request(raw: bytes) -> WireRequest:
-    """Parse and check `raw`, raising BadRequest with a message that says what is wrong."""
-    body = json_object(raw)
+def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+    """Parse and check `raw`, raising BadRequest with a message that says what is wrong.
+
+    With `earlier`, a body that grew out of one parsed before is parsed and checked only as
+    far as it is new, and every checked body is kept for the requests that grow out of it.
+    """
+    grown = earlier.find(raw) if earlier is not None else None
+    body = json_object(raw) if grown is None else grown.body
     model = required_model(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest(
             missing_or_type("messages", messages, "a non-empty array"), param="messages"
         )
-    _check_messages(messages)
+    known = 0 if grown is None else grown.known
+    _check_messages(messages[known:] if known else messages, known)
+    request = _wire_request(raw, body, model, messages)
+    if earlier is not None:
+        if grown is None:
+            earlier.keep(raw, body)
+        else:
+            earlier.keep_grown(raw, grown)
+    return request
+
+
+def _wire_request(raw: bytes, body: dict[str, Any], model: str, messages: list[Any]) -> WireRequest:
     stream = body.get("stream", False)
     if stream is None:
         stream = False

@@ -1,0 +1,146 @@
+"""Parsing a request whose conversation only grew, without parsing all of it again.
+
+An agent sends its whole history with every request: the bytes of its previous request with
+new messages put in before the messages array closes (or the same bytes again, on a retry).
+Parsing 64K tokens of JSON, checking every message and freeing it all again is most of what
+ctxgate costs above a bare relay at that size. This keeps the last parsed bodies (within a byte
+budget); a body that is one of them grown is built from it, and only what was added is parsed.
+
+Exactness: a body is kept only when orjson writes its parse back as exactly the bytes that came
+(what compact JSON writers send: the OpenAI and Anthropic SDKs, Codex, Claude Code), so where
+its messages array ends is known. A new body counts as grown only when it is byte for byte the
+kept bytes with `,` and new messages at that offset, and orjson writes those messages back as
+exactly the inserted bytes: the result equals a full parse. Kept parsed values are shared with
+later requests, so nothing may change a parsed request in place (no message transform in
+ctxgate does; each returns new values).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+BUDGET_BYTES = 16 * 1024 * 1024  # raw bytes of the bodies kept; parsed they take ~3x that
+SMALLEST_BYTES = 32 * 1024  # below this a full parse costs next to nothing
+KEY_BYTES = 512  # conversations are told apart by their opening bytes...
+PER_KEY = 4  # ...and several may share an opening (one agent, one system prompt)
+FOREIGN_KEYS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    raw: bytes
+    body: dict[str, Any]
+    end: int  # offset in `raw` just past the array's last entry
+
+
+@dataclass(frozen=True, slots=True)
+class Grown:
+    body: dict[str, Any]
+    known: int  # how many leading entries of the array were in the kept body (checked then)
+    end: int
+    source: _Kept
+
+
+class GrownBodies:
+    """The last parsed bodies of one API, found again by the bodies that grew out of them."""
+
+    def __init__(
+        self, array: str, budget_bytes: int = BUDGET_BYTES, smallest_bytes: int = SMALLEST_BYTES
+    ) -> None:
+        self.array = array
+        self._budget = budget_bytes
+        self._smallest = smallest_bytes
+        self._kept: OrderedDict[bytes, list[_Kept]] = OrderedDict()
+        # Openings of bodies another writer wrote (orjson writes them back differently):
+        # their conversations are not tried again, which would cost a write-back each time.
+        self._foreign: OrderedDict[bytes, None] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()  # one process may serve several event loops (tests)
+
+    def find(self, raw: bytes) -> Grown | None:
+        """`raw` parsed from a kept body it grew out of, or None (parse it whole)."""
+        if len(raw) < self._smallest:
+            return None
+        key = raw[:KEY_BYTES]
+        with self._lock:
+            candidates = list(self._kept.get(key, ()))
+        for kept in candidates:
+            grown = _grow(kept, raw, self.array)
+            if grown is not None:
+                body, end = grown
+                return Grown(body, len(kept.body[self.array]), end, kept)
+        return None
+
+    def keep(self, raw: bytes, body: dict[str, Any]) -> None:
+        """Keep a fully parsed and checked body for the requests that will grow out of it."""
+        key = raw[:KEY_BYTES]
+        if len(raw) < self._smallest or key in self._foreign:
+            return
+        end = _array_end(raw, body, self.array)
+        if end is not None and end >= KEY_BYTES:  # else the opening holds what will change
+            self._store(key, _Kept(raw, body, end), replacing=None)
+            return
+        with self._lock:
+            self._foreign[key] = None
+            if len(self._foreign) > FOREIGN_KEYS:
+                self._foreign.popitem(last=False)
+
+    def keep_grown(self, raw: bytes, grown: Grown) -> None:
+        """Keep a grown body, once its added entries passed their checks, in place of the
+        body it grew out of (the conversation has moved on)."""
+        self._store(raw[:KEY_BYTES], _Kept(raw, grown.body, grown.end), replacing=grown.source)
+
+    def _store(self, key: bytes, kept: _Kept, replacing: _Kept | None) -> None:
+        with self._lock:
+            before = self._kept.pop(key, [])
+            entries = [kept, *(e for e in before if e is not replacing)][:PER_KEY]
+            self._bytes += sum(len(e.raw) for e in entries) - sum(len(e.raw) for e in before)
+            self._kept[key] = entries
+            while self._bytes > self._budget and self._kept:
+                _, oldest = self._kept.popitem(last=False)
+                self._bytes -= sum(len(e.raw) for e in oldest)
+
+
+def _grow(kept: _Kept, raw: bytes, array: str) -> tuple[dict[str, Any], int] | None:
+    """`raw` parsed, when it is `kept.raw` with entries added to the array; and its end."""
+    before, end = kept.raw, kept.end
+    tail = len(before) - end
+    if len(raw) < len(before) or not raw.startswith(memoryview(before)[:end]):
+        return None
+    if not raw.endswith(memoryview(before)[end:]):
+        return None
+    added = raw[end : len(raw) - tail]
+    entries: list[Any] = kept.body[array]
+    if not added:
+        return {**kept.body, array: [*entries]}, end
+    if added[:1] != b",":
+        return None
+    text = b"[" + added[1:] + b"]"
+    try:
+        new = orjson.loads(text)
+        if not isinstance(new, list) or not new or orjson.dumps(new) != text:
+            return None
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return None
+    return {**kept.body, array: [*entries, *new]}, end + len(added)
+
+
+def _array_end(raw: bytes, body: dict[str, Any], array: str) -> int | None:
+    """Where `array`'s last entry ends in `raw`, when orjson writes `body` back as `raw`."""
+    entries = body.get(array)
+    if not isinstance(entries, list) or not entries:
+        return None
+    try:
+        if orjson.dumps(body) != raw:
+            return None
+        keys = list(body)
+        after = {k: body[k] for k in keys[keys.index(array) + 1 :]}
+        tail = b"]," + orjson.dumps(after)[1:] if after else b"]}"
+    except orjson.JSONEncodeError:
+        return None
+    return len(raw) - len(tail)

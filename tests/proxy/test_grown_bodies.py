@@ -1,0 +1,160 @@
+"""A body that grew out of one parsed before is parsed only as far as it is new, and the result
+is always what a full parse gives; anything else is parsed whole."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.doors.chat_request import parse_chat_request
+from proxy.doors.grown_bodies import GrownBodies
+from proxy.errors import BadRequest
+from tests.servers import ProxyServer, settings_for
+from tests.simulator import Simulator
+
+text = st.text(st.characters(codec="utf-8"), max_size=40)  # escapes, controls, non-ASCII
+scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | text
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3)
+)
+messages = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"]), "content": text},
+    optional={"name": st.text(max_size=5), "extra": values},
+)
+fields = st.dictionaries(
+    st.sampled_from(["temperature", "tools", "metadata", "vendor_x", "stream", "user"]),
+    values,
+    max_size=4,
+).map(lambda d: {k: v for k, v in d.items() if k not in ("tools", "stream")})
+
+
+# Conversations are told apart by their first 512 bytes: every one here opens with this.
+SYSTEM = {"role": "system", "content": "You are a careful agent. " * 30}
+
+
+def body(before: dict[str, Any], history: list[Any], after: dict[str, Any]) -> bytes:
+    return orjson.dumps({**before, "model": "gpt-4o", "messages": [SYSTEM, *history], **after})
+
+
+def earlier() -> GrownBodies:
+    return GrownBodies("messages", smallest_bytes=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    before=fields,
+    after=fields,
+    history=st.lists(messages, min_size=1, max_size=6),
+    turns=st.lists(st.lists(messages, max_size=3), min_size=1, max_size=4),
+)
+def test_a_growing_conversation_parses_as_a_full_parse_would(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    history: list[Any],
+    turns: list[list[Any]],
+) -> None:
+    cache = earlier()
+    parse_chat_request(body(before, history, after), cache)
+    for added in turns:
+        history = history + added
+        raw = body(before, history, after)
+        found = cache.find(raw)
+        assert found is not None  # every body here grew out of the one before it
+        request = parse_chat_request(raw, cache)
+        assert request.body == orjson.loads(raw)
+        assert list(request.body) == list(orjson.loads(raw))  # key order too
+        assert request.messages == [SYSTEM, *history] and request.raw is raw
+
+
+def test_what_did_not_grow_is_parsed_whole() -> None:
+    history = [{"role": "system", "content": "s"}, {"role": "user", "content": "a" * 50}]
+    cache = earlier()
+    parse_chat_request(body({}, history, {"tools": []}), cache)
+    edited = [history[0], {"role": "user", "content": "b" * 50}, {"role": "user", "content": "c"}]
+    shrunk = history[:1]
+    other_key_changed = body({}, history, {"tools": [{"type": "function"}]})
+    for raw in (
+        body({}, edited, {"tools": []}),
+        body({}, shrunk, {"tools": []}),
+        other_key_changed,
+    ):
+        assert cache.find(raw) is None
+        assert parse_chat_request(raw, cache).body == orjson.loads(raw)
+
+
+def test_another_writers_bytes_are_parsed_whole_every_time() -> None:
+    history = [{"role": "user", "content": "caf\u00e9 " * 20}]
+    cache = earlier()
+    spaced = json.dumps({"model": "m", "messages": [SYSTEM, *history]})  # ", ", ": ", \\u00e9
+    parse_chat_request(spaced.encode(), cache)
+    grown = json.dumps(
+        {"model": "m", "messages": [SYSTEM, *history, {"role": "user", "content": "x"}]}
+    )
+    assert cache.find(grown.encode()) is None
+    assert parse_chat_request(grown.encode(), cache).messages[-1]["content"] == "x"
+
+
+def test_a_bad_message_added_is_refused_and_never_counted_as_checked() -> None:
+    history: list[Any] = [{"role": "user", "content": "a" * 40}]
+    cache = earlier()
+    parse_chat_request(body({}, history, {}), cache)
+    broken = [*history, {"role": "user", "content": 7}]
+    with pytest.raises(BadRequest, match=r"messages\[2\]"):
+        parse_chat_request(body({}, broken, {}), cache)
+    # Grown out of the refused body, the bad message is still checked (and refused).
+    with pytest.raises(BadRequest, match=r"messages\[2\]"):
+        parse_chat_request(body({}, [*broken, {"role": "user", "content": "ok"}], {}), cache)
+    fine = [*history, {"role": "user", "content": "ok"}]
+    assert parse_chat_request(body({}, fine, {}), cache).messages == [SYSTEM, *fine]
+
+
+def test_added_bytes_that_are_not_messages_of_the_array_are_parsed_whole() -> None:
+    history = [{"role": "user", "content": "a" * 40}]
+    cache = earlier()
+    raw = body({}, history, {"temperature": 0.5})
+    parse_chat_request(raw, cache)
+    end = raw.index(b"}]") + 1  # where the messages array closes
+    injected = raw[:end] + b', {"role": "user", "content": "spaced"}' + raw[end:]
+    assert cache.find(injected) is None  # written back differently: not taken as grown
+    assert parse_chat_request(injected, cache).messages[-1]["content"] == "spaced"
+
+
+def test_kept_bodies_stay_within_the_budget() -> None:
+    cache = GrownBodies("messages", budget_bytes=4_000, smallest_bytes=0)
+    bodies = [body({}, [{"role": "user", "content": f"{i} " + "x" * 900}], {}) for i in range(10)]
+    for raw in bodies:
+        parse_chat_request(raw, cache)
+    assert cache.find(bodies[-1]) is not None  # the newest are kept
+    assert cache.find(bodies[0]) is None  # the oldest were let go
+
+
+def test_through_ctxgate_grown_edited_and_broken_bodies(sim: Simulator, db_path: str) -> None:
+    """The OpenAI SDK writes compact JSON, so a growing session of 40 KB bodies takes the grown
+    path: the upstream still receives exactly the conversation sent, an edit of an earlier
+    message reaches it, and a bad message added to a kept body is refused before any call."""
+    with ProxyServer(settings_for(sim.base_url, db_path)) as proxy:
+        client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-client", max_retries=0)
+        history: list[Any] = [{"role": "system", "content": "Follow the rules. " * 2400}]
+
+        def send(messages: list[Any]) -> str:
+            answer = client.chat.completions.create(
+                model="gpt-4o-mini", messages=messages, extra_headers={"x-session-id": "grow"}
+            )
+            assert orjson.loads(sim.chat_requests[-1].raw)["messages"] == messages
+            return answer.choices[0].message.content or ""
+
+        for step in range(4):
+            history.append({"role": "user", "content": f'step {step}: \u00e9\n"quoted"'})
+            history.append({"role": "assistant", "content": send(history)})
+        history[1] = {"role": "user", "content": "step 0, edited"}
+        send([*history, {"role": "user", "content": "after the edit"}])
+        calls = len(sim.chat_requests)
+        with pytest.raises(openai.BadRequestError, match=r"messages\[10\]"):
+            send([*history, {"role": "user", "content": "fine"}, {"role": "user", "content": 7}])
+        assert len(sim.chat_requests) == calls
