@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from compression.engine import SummaryCall, SummaryReply
 from compression.types import Message, ToolSchema
 from proxy.errors import ProxyError
+from proxy.grown_bodies import GrownBodies
 from proxy.overflow import Overflow
 
 ORIGINAL = "_ctxgate_original"
@@ -76,8 +77,13 @@ class FrontDoor(Protocol):
     paths: tuple[str, ...]  # the client paths it serves
     upstream_path: str  # appended to the upstream's base URL
 
-    def parse(self, raw: bytes) -> WireRequest:
-        """The request, or BadRequest saying what is wrong with it."""
+    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+        """The request, or BadRequest saying what is wrong with it.
+
+        `earlier` holds bodies parsed before; a door whose parse is the JSON and its checks
+        (Chat) parses a body that grew out of one of them only as far as it is new. A door
+        that converts its conversation item by item (Responses, Messages) parses it whole.
+        """
         ...
 
     def render(

@@ -27,6 +27,7 @@ from proxy.auth import Authenticator
 from proxy.conversations import Conversations
 from proxy.errors import BadRequest, UpstreamStatus, unknown_model
 from proxy.frontdoor import FrontDoor, StreamWatch, Usage
+from proxy.grown_bodies import GrownBodies
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
 from proxy.images import ImageLimit, image_limit, shrink_images
@@ -58,6 +59,8 @@ class Gateway:
         self.metrics = metrics
         self.recaller = recaller
         self.rounds = Rounds(recaller, metrics, self._open_stream)
+        budget = settings.server.parsed_request_bytes
+        self.earlier = GrownBodies("messages", budget) if budget else None
 
     async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         """Serve one request of `door`'s API; raises ProxyError for the error handler."""
@@ -79,7 +82,7 @@ class Gateway:
     async def _serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
-        request = door.parse(raw)
+        request = door.parse(raw, self.earlier)
         rule = served_rule(self.settings, request.model, door.api)
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)

@@ -20,15 +20,13 @@ from proxy.doors import chat_recall
 from proxy.doors.bodies import with_tools
 from proxy.doors.chat_recall import ChatAnswerStream, ChatCallFilter
 from proxy.doors.chat_request import client_wants_usage, parse_chat_request
-from proxy.doors.grown_bodies import GrownBodies
 from proxy.errors import ProxyError
 from proxy.frontdoor import AnswerCalls, Usage, WireRequest
+from proxy.grown_bodies import GrownBodies
 from proxy.overflow import Overflow, classify_overflow
 from proxy.streaming import error_event, error_status
 
 _USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
-# The process's parsed Chat bodies, for the next request of each conversation to grow out of.
-_EARLIER = GrownBodies("messages")
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
 _EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*(\[\s*\]|null)')
@@ -84,8 +82,8 @@ class ChatDoor:
     paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
     upstream_path: str = "/chat/completions"
 
-    def parse(self, raw: bytes) -> WireRequest:
-        return parse_chat_request(raw, _EARLIER)
+    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+        return parse_chat_request(raw, earlier)
 
     def render(
         self,

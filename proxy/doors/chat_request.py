@@ -11,9 +11,9 @@ from typing import Any, cast
 
 from compression.types import Message, ToolSchema
 from proxy.doors.bodies import json_object, json_type, missing_or_type, required_model
-from proxy.doors.grown_bodies import GrownBodies
 from proxy.errors import BadRequest
 from proxy.frontdoor import WireRequest
+from proxy.grown_bodies import GrownBodies
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 

@@ -23,6 +23,7 @@ from proxy.doors.messages_cache import place_breakpoints
 from proxy.doors.messages_request import read_body
 from proxy.errors import ProxyError, UpstreamStatus
 from proxy.frontdoor import AnswerCalls, Usage, WireRequest
+from proxy.grown_bodies import GrownBodies
 from proxy.overflow import Overflow, classify_overflow
 
 
@@ -31,7 +32,7 @@ class MessagesDoor:
     paths: tuple[str, ...] = ("/v1/messages", "/messages")
     upstream_path: str = "/messages"
 
-    def parse(self, raw: bytes) -> WireRequest:
+    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
         read = read_body(raw)
         return WireRequest(
             raw=raw,

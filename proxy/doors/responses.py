@@ -18,6 +18,7 @@ from proxy.doors.responses_recall import ResponsesAnswerStream, ResponsesCallFil
 from proxy.doors.responses_stream import ResponsesWatch
 from proxy.errors import ProxyError
 from proxy.frontdoor import AnswerCalls, Usage, WireRequest
+from proxy.grown_bodies import GrownBodies
 from proxy.overflow import Overflow
 
 
@@ -26,7 +27,7 @@ class ResponsesDoor:
     paths: tuple[str, ...] = ("/v1/responses", "/responses")
     upstream_path: str = "/responses"
 
-    def parse(self, raw: bytes) -> WireRequest:
+    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
         return responses_wire.parse_request(raw)
 
     def render(

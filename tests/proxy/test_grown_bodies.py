@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.doors.chat_request import parse_chat_request
-from proxy.doors.grown_bodies import GrownBodies
 from proxy.errors import BadRequest
+from proxy.grown_bodies import GrownBodies
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator
 

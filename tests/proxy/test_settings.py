@@ -49,6 +49,7 @@ def test_no_config_file_uses_the_environment() -> None:
         ({"server": {"port": "eighty"}}, "server.port: expected an integer"),
         ({"server": {"prot": 1}}, "server.prot: unknown key"),
         ({"server": {"upstream_client": "curl"}}, "server.upstream_client: must be aiohttp or"),
+        ({"server": {"parsed_request_bytes": -1}}, "server.parsed_request_bytes: must be 0 or"),
         ({"compression": {"threshold": 1.5}}, "compression.threshold: must be in (0, 1]"),
         ({"compression": {"summary": {"upstream": "nope"}}}, "compression.summary.upstream"),
         ({"models": [{"match": "*", "upstream": "missing"}]}, "models[0].upstream: unknown"),

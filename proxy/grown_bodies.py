@@ -3,8 +3,9 @@
 An agent sends its whole history with every request: the bytes of its previous request with
 new messages put in before the messages array closes (or the same bytes again, on a retry).
 Parsing 64K tokens of JSON, checking every message and freeing it all again is most of what
-ctxgate costs above a bare relay at that size. This keeps the last parsed bodies (within a byte
-budget); a body that is one of them grown is built from it, and only what was added is parsed.
+ctxgate costs above a bare relay at that size. This keeps the last parsed bodies (within
+`server.parsed_request_bytes`); a body that is one of them grown is built from it, and only
+what was added is parsed.
 
 Exactness: a body is kept only when orjson writes its parse back as exactly the bytes that came
 (what compact JSON writers send: the OpenAI and Anthropic SDKs, Codex, Claude Code), so where
@@ -60,7 +61,9 @@ class GrownBodies:
         # their conversations are not tried again, which would cost a write-back each time.
         self._foreign: OrderedDict[bytes, None] = OrderedDict()
         self._bytes = 0
-        self._lock = threading.Lock()  # one process may serve several event loops (tests)
+        # Parses run on the event loop; the lock only matters for the rare parse from a
+        # worker thread (offline tools, tests serving several loops from one process).
+        self._lock = threading.Lock()
 
     def find(self, raw: bytes) -> Grown | None:
         """`raw` parsed from a kept body it grew out of, or None (parse it whole)."""
