@@ -1,10 +1,12 @@
 """ctxgate's resident memory with many long sessions (what the process holds per session).
 
     python bench/memory.py [--sessions 300] [--tokens 150000] [--held-mb 1024 128 32]
+                           [--parsed-mb 16 0]
 
 Starts the provider simulator in this process and `ctxgate serve` as a child process (so its
 RSS is its own), sends one request of `--tokens` tokens for each of `--sessions` sessions, and
-prints the child's RSS before and after, once per `server.held_request_bytes` value.
+prints the child's RSS before and after, once per `server.held_request_bytes` and
+`server.parsed_request_bytes` value.
 """
 
 from __future__ import annotations
@@ -48,12 +50,17 @@ def history(tokens: int, session: int) -> list[dict[str, str]]:
     return messages
 
 
-def run(sim: Simulator, sessions: int, tokens: int, held_mb: int) -> tuple[float, float, float]:
+def run(
+    sim: Simulator, sessions: int, tokens: int, held_mb: int, parsed_mb: int
+) -> tuple[float, float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         config = {
             "upstreams": {"sim": {"base_url": sim.base_url}},
             "models": [{"match": "*", "upstream": "sim", "context_length": 4 * tokens}],
-            "server": {"held_request_bytes": held_mb * 1024 * 1024},
+            "server": {
+                "held_request_bytes": held_mb * 1024 * 1024,
+                "parsed_request_bytes": parsed_mb * 1024 * 1024,
+            },
             "storage": {"url": f"sqlite+aiosqlite:///{tmp}/bench.db"},
             "compression": {"engine": "passthrough"},
             "logging": {"level": "warning"},
@@ -96,6 +103,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--tokens", type=int, default=150_000)
     parser.add_argument("--held-mb", type=int, nargs="+", default=[1024, 128, 32])
+    parser.add_argument("--parsed-mb", type=int, nargs="+", default=[16])
     args = parser.parse_args()
     spec = ModelSpec(window=8 * args.tokens)
     with Simulator(models={MODEL: spec}) as sim:
@@ -104,12 +112,13 @@ def main() -> None:
             f"{args.sessions} sessions, one {args.tokens:,}-token request each ({body_kb:.0f} KB)"
         )
         for held in args.held_mb:
-            idle, loaded, _ = run(sim, args.sessions, args.tokens, held)
-            print(
-                f"held_request_bytes {held:>4} MB: RSS idle {idle:.0f} MB, "
-                f"after {loaded:.0f} MB (+{loaded - idle:.0f} MB)"
-            )
-            sim.clear()
+            for parsed in args.parsed_mb:
+                idle, loaded, _ = run(sim, args.sessions, args.tokens, held, parsed)
+                print(
+                    f"held_request_bytes {held:>4} MB, parsed_request_bytes {parsed:>3} MB: "
+                    f"RSS idle {idle:.0f} MB, after {loaded:.0f} MB (+{loaded - idle:.0f} MB)"
+                )
+                sim.clear()
 
 
 if __name__ == "__main__":
