@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-WEB = {"fastapi", "starlette", "httpx", "uvicorn", "h11", "httptools"}
+WEB = {"fastapi", "starlette", "httpx", "aiohttp", "yarl", "uvicorn", "h11", "httptools"}
 DB = {"sqlalchemy", "aiosqlite", "asyncpg", "psycopg", "psycopg2"}
 FORBIDDEN = {
     "compression": WEB | DB | {"proxy", "storage"},
