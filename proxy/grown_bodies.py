@@ -30,6 +30,7 @@ SMALLEST_BYTES = 32 * 1024  # below this a full parse costs next to nothing
 KEY_BYTES = 512  # conversations are told apart by their opening bytes...
 PER_KEY = 4  # ...and several may share an opening (one agent, one system prompt)
 FOREIGN_KEYS = 4096
+FOREIGN_SKIPS = 16  # bodies of an opening another writer wrote, left alone before a retry
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +58,10 @@ class GrownBodies:
         self._budget = budget_bytes
         self._smallest = smallest_bytes
         self._kept: OrderedDict[bytes, list[_Kept]] = OrderedDict()
-        # Openings of bodies another writer wrote (orjson writes them back differently):
-        # their conversations are not tried again, which would cost a write-back each time.
-        self._foreign: OrderedDict[bytes, None] = OrderedDict()
+        # Openings of bodies another writer wrote (orjson writes them back differently), with
+        # how many more of their bodies to leave alone: a write-back costs a third of a parse,
+        # and one odd body (a float written as 1e5, say) must not bar its opening for good.
+        self._foreign: OrderedDict[bytes, int] = OrderedDict()
         self._bytes = 0
         # Parses run on the event loop; the lock only matters for the rare parse from a
         # worker thread (offline tools, tests serving several loops from one process).
@@ -82,16 +84,22 @@ class GrownBodies:
     def keep(self, raw: bytes, body: dict[str, Any]) -> None:
         """Keep a fully parsed and checked body for the requests that will grow out of it."""
         key = raw[:KEY_BYTES]
-        if len(raw) < self._smallest or key in self._foreign:
-            return
-        end = _array_end(raw, body, self.array)
-        if end is not None and end >= KEY_BYTES:  # else the opening holds what will change
-            self._store(key, _Kept(raw, body, end), replacing=None)
+        entries = body.get(self.array)
+        if len(raw) < self._smallest or not isinstance(entries, list) or not entries:
             return
         with self._lock:
-            self._foreign[key] = None
-            if len(self._foreign) > FOREIGN_KEYS:
-                self._foreign.popitem(last=False)
+            skips = self._foreign.pop(key, 0)
+            if skips:
+                self._foreign[key] = skips - 1
+                return
+        end = _array_end(raw, body, self.array)
+        if end is None:
+            with self._lock:
+                self._foreign[key] = FOREIGN_SKIPS
+                if len(self._foreign) > FOREIGN_KEYS:
+                    self._foreign.popitem(last=False)
+        elif end >= KEY_BYTES:  # else the opening holds bytes that will change
+            self._store(key, _Kept(raw, body, end), replacing=None)
 
     def keep_grown(self, raw: bytes, grown: Grown) -> None:
         """Keep a grown body, once its added entries passed their checks, in place of the
@@ -135,9 +143,6 @@ def _grow(kept: _Kept, raw: bytes, array: str) -> tuple[dict[str, Any], int] | N
 
 def _array_end(raw: bytes, body: dict[str, Any], array: str) -> int | None:
     """Where `array`'s last entry ends in `raw`, when orjson writes `body` back as `raw`."""
-    entries = body.get(array)
-    if not isinstance(entries, list) or not entries:
-        return None
     try:
         if orjson.dumps(body) != raw:
             return None

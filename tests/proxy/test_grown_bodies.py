@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from proxy.doors.chat_request import parse_chat_request
 from proxy.errors import BadRequest
-from proxy.grown_bodies import GrownBodies
+from proxy.grown_bodies import FOREIGN_SKIPS, GrownBodies
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator
 
@@ -98,6 +98,19 @@ def test_another_writers_bytes_are_parsed_whole_every_time() -> None:
     )
     assert cache.find(grown.encode()) is None
     assert parse_chat_request(grown.encode(), cache).messages[-1]["content"] == "x"
+
+
+def test_one_odd_body_does_not_bar_its_opening_for_good() -> None:
+    history = [{"role": "user", "content": "a" * 40}]
+    cache = earlier()
+    odd = body({}, history, {"temperature": 1}).replace(b'"temperature":1', b'"temperature":1e0')
+    parse_chat_request(odd, cache)  # orjson writes 1e0 back as 1.0: another writer's bytes
+    bodies = [body({}, [*history, {"role": "user", "content": str(i)}], {}) for i in range(20)]
+    for raw in bodies[:FOREIGN_SKIPS]:
+        parse_chat_request(raw, cache)
+        assert cache.find(raw) is None  # left alone for a while
+    parse_chat_request(bodies[FOREIGN_SKIPS], cache)
+    assert cache.find(bodies[FOREIGN_SKIPS]) is not None  # then tried, and kept, again
 
 
 def test_a_bad_message_added_is_refused_and_never_counted_as_checked() -> None:
