@@ -76,13 +76,14 @@ class FrontDoor(Protocol):
     api: str  # "chat", "responses", "messages": what `upstreams.NAME.apis` lists
     paths: tuple[str, ...]  # the client paths it serves
     upstream_path: str  # appended to the upstream's base URL
+    grows: str | None  # the body's array a grown body adds to, when `parse` can use `earlier`
 
     def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
         """The request, or BadRequest saying what is wrong with it.
 
-        `earlier` holds bodies parsed before; a door whose parse is the JSON and its checks
-        (Chat) parses a body that grew out of one of them only as far as it is new. A door
-        that converts its conversation item by item (Responses, Messages) parses it whole.
+        `earlier` holds bodies this door parsed before: a body that grew out of one of them
+        is parsed (checked, converted) only as far as it is new. A door whose conversion
+        joins items across the array (Responses) has `grows = None` and gets None.
         """
         ...
 

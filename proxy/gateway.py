@@ -59,8 +59,7 @@ class Gateway:
         self.metrics = metrics
         self.recaller = recaller
         self.rounds = Rounds(recaller, metrics, self._open_stream)
-        budget = settings.server.parsed_request_bytes
-        self.earlier = GrownBodies("messages", budget) if budget else None
+        self._earlier: dict[str, GrownBodies] = {}  # per door that can use them
 
     async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         """Serve one request of `door`'s API; raises ProxyError for the error handler."""
@@ -79,10 +78,19 @@ class Gateway:
                 f"(255 levels): {exc}."
             ) from exc
 
+    def _earlier_bodies(self, door: FrontDoor) -> GrownBodies | None:
+        budget = self.settings.server.parsed_request_bytes
+        if door.grows is None or not budget:
+            return None
+        earlier = self._earlier.get(door.api)
+        if earlier is None:
+            earlier = self._earlier[door.api] = GrownBodies(door.grows, budget)
+        return earlier
+
     async def _serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
-        request = door.parse(raw, self.earlier)
+        request = door.parse(raw, self._earlier_bodies(door))
         rule = served_rule(self.settings, request.model, door.api)
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)

@@ -3,7 +3,8 @@
 An agent sends its whole history with every request: the bytes of its previous request with
 new messages put in before the messages array closes (or the same bytes again, on a retry).
 Parsing 64K tokens of JSON, checking every message and freeing it all again is most of what
-ctxgate costs above a bare relay at that size. This keeps the last parsed bodies (within
+ctxgate costs above a bare relay at that size (and for Messages, converting every message to the
+chat shape the core works on). This keeps the last parsed bodies (within
 `server.parsed_request_bytes`); a body that is one of them grown is built from it, and only
 what was added is parsed.
 
@@ -13,7 +14,7 @@ its messages array ends is known. A new body counts as grown only when it is byt
 kept bytes with `,` and new messages at that offset, and orjson writes those messages back as
 exactly the inserted bytes: the result equals a full parse. Kept parsed values are shared with
 later requests, so nothing may change a parsed request in place (no message transform in
-ctxgate does; each returns new values).
+ctxgate does; each returns new values); so are what doors keep with them (`derived`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class _Kept:
     raw: bytes
     body: dict[str, Any]
     end: int  # offset in `raw` just past the array's last entry
+    derived: Any  # what the door made of the body (a conversion it can extend), if anything
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,11 @@ class Grown:
     known: int  # how many leading entries of the array were in the kept body (checked then)
     end: int
     source: _Kept
+
+    @property
+    def derived(self) -> Any:
+        """What the door made of the body this one grew out of."""
+        return self.source.derived
 
 
 class GrownBodies:
@@ -81,7 +88,7 @@ class GrownBodies:
                 return Grown(body, len(kept.body[self.array]), end, kept)
         return None
 
-    def keep(self, raw: bytes, body: dict[str, Any]) -> None:
+    def keep(self, raw: bytes, body: dict[str, Any], derived: Any = None) -> None:
         """Keep a fully parsed and checked body for the requests that will grow out of it."""
         key = raw[:KEY_BYTES]
         entries = body.get(self.array)
@@ -99,12 +106,13 @@ class GrownBodies:
                 if len(self._foreign) > FOREIGN_KEYS:
                     self._foreign.popitem(last=False)
         elif end >= KEY_BYTES:  # else the opening holds bytes that will change
-            self._store(key, _Kept(raw, body, end), replacing=None)
+            self._store(key, _Kept(raw, body, end, derived), replacing=None)
 
-    def keep_grown(self, raw: bytes, grown: Grown) -> None:
+    def keep_grown(self, raw: bytes, grown: Grown, derived: Any = None) -> None:
         """Keep a grown body, once its added entries passed their checks, in place of the
         body it grew out of (the conversation has moved on)."""
-        self._store(raw[:KEY_BYTES], _Kept(raw, grown.body, grown.end), replacing=grown.source)
+        kept = _Kept(raw, grown.body, grown.end, derived)
+        self._store(raw[:KEY_BYTES], kept, replacing=grown.source)
 
     def _store(self, key: bytes, kept: _Kept, replacing: _Kept | None) -> None:
         with self._lock:

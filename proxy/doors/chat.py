@@ -81,6 +81,7 @@ class ChatDoor:
     api: str = "chat"
     paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
     upstream_path: str = "/chat/completions"
+    grows: str | None = "messages"
 
     def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
         return parse_chat_request(raw, earlier)

@@ -31,9 +31,10 @@ class MessagesDoor:
     api: str = "messages"
     paths: tuple[str, ...] = ("/v1/messages", "/messages")
     upstream_path: str = "/messages"
+    grows: str | None = "messages"
 
     def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
-        read = read_body(raw)
+        read = read_body(raw, earlier)
         return WireRequest(
             raw=raw,
             body=read.body,

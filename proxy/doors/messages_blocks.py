@@ -68,7 +68,7 @@ def to_chat(system: Any, messages: Sequence[WireMessage]) -> list[Message]:
             after = cast(dict[str, Any], original_of(out[-1]))
             after.setdefault("after", []).append(message)
             continue
-        out.extend(_from_wire(message))
+        out.extend(from_wire(message))
     return out
 
 
@@ -78,7 +78,8 @@ def _system_content(system: Any) -> str | list[ContentPart]:
     return [_part(block) for block in system if isinstance(block, dict)]
 
 
-def _from_wire(message: WireMessage) -> list[Message]:
+def from_wire(message: WireMessage) -> list[Message]:
+    """One wire message as chat-shaped messages (tool results each become their own)."""
     role = message.get("role", "user")
     content = message.get("content")
     template = {k: v for k, v in message.items() if k != "content"}

@@ -14,8 +14,9 @@ import orjson
 
 from compression.types import Message, ToolSchema
 from proxy.doors.bodies import json_object
-from proxy.doors.messages_blocks import WireMessage, to_chat
+from proxy.doors.messages_blocks import WireMessage, from_wire, to_chat
 from proxy.errors import BadRequest
+from proxy.grown_bodies import GrownBodies
 
 _ROLES = frozenset({"user", "assistant", "system"})
 # Older Claude Code versions: "user_<hash>_account_<uuid>_session_<uuid>".
@@ -34,17 +35,34 @@ class MessagesBody:
     session_hint: str | None
 
 
-def read_body(raw: bytes) -> MessagesBody:
-    """The parts of a Messages body ctxgate uses; raises BadRequest on a malformed one."""
-    body = json_object(raw)
+def read_body(raw: bytes, earlier: GrownBodies | None = None) -> MessagesBody:
+    """The parts of a Messages body ctxgate uses; raises BadRequest on a malformed one.
+
+    With `earlier`, a body that grew out of one read before is parsed, checked and converted
+    only as far as it is new, and every body read is kept for those that grow out of it.
+    """
+    grown = earlier.find(raw) if earlier is not None else None
+    body = json_object(raw) if grown is None else grown.body
+    known = 0 if grown is None else grown.known
+    read = _read(body, known, grown.derived if grown is not None else None)
+    if earlier is not None:
+        if grown is None:
+            earlier.keep(raw, body, read.messages)
+        else:
+            earlier.keep_grown(raw, grown, read.messages)
+    return read
+
+
+def _read(body: dict[str, Any], known: int, converted: list[Message] | None) -> MessagesBody:
+    """`known` leading messages were checked before, and made `converted` (when given)."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("model: Field required (a non-empty string).", param="model")
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise BadRequest("messages: Input should be a valid list.", param="messages")
-    for index, message in enumerate(messages):
-        _check_message(index, message)
+    for index in range(known, len(messages)):
+        _check_message(index, messages[index])
     system = body.get("system")
     if system is not None and not isinstance(system, (str, list)):
         raise BadRequest("system: Input should be a string or a list of blocks.", param="system")
@@ -57,15 +75,24 @@ def read_body(raw: bytes) -> MessagesBody:
     return MessagesBody(
         body=body,
         model=model,
-        messages=to_chat(
-            [b for b in system if isinstance(b, dict)] if isinstance(system, list) else system,
-            cast(list[WireMessage], messages),
-        ),
+        messages=_chat_messages(system, messages, known, converted),
         stream=stream,
         max_tokens=_max_tokens(body.get("max_tokens")),
         tools=cast(list[ToolSchema] | None, tools_as_chat(tools)),
         session_hint=session_hint(body.get("metadata")),
     )
+
+
+def _chat_messages(
+    system: Any, messages: list[Any], known: int, converted: list[Message] | None
+) -> list[Message]:
+    added = cast(list[WireMessage], messages[known:])
+    if converted is not None and not any(m.get("role") == "system" for m in added):
+        # Each wire message converts on its own, but one with role "system" joins the
+        # message before it, which belongs to the kept conversion: that is converted anew.
+        return [*converted, *(m for message in added for m in from_wire(message))]
+    blocks = [b for b in system if isinstance(b, dict)] if isinstance(system, list) else system
+    return to_chat(blocks, cast(list[WireMessage], messages))
 
 
 def _check_message(index: int, message: Any) -> None:

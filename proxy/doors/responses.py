@@ -26,6 +26,7 @@ class ResponsesDoor:
     api: str = "responses"
     paths: tuple[str, ...] = ("/v1/responses", "/responses")
     upstream_path: str = "/responses"
+    grows: str | None = None
 
     def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
         return responses_wire.parse_request(raw)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.doors.chat_request import parse_chat_request
+from proxy.doors.messages_request import read_body
 from proxy.errors import BadRequest
 from proxy.grown_bodies import FOREIGN_SKIPS, GrownBodies
 from tests.servers import ProxyServer, settings_for
@@ -171,3 +172,71 @@ def test_through_ctxgate_grown_edited_and_broken_bodies(sim: Simulator, db_path:
         with pytest.raises(openai.BadRequestError, match=r"messages\[10\]"):
             send([*history, {"role": "user", "content": "fine"}, {"role": "user", "content": 7}])
         assert len(sim.chat_requests) == calls
+
+
+# -- Messages: the conversion to chat-shaped messages is extended, not redone ------------------
+
+TEXT = st.text(st.characters(codec="utf-8"), max_size=30)
+BLOCKS = {
+    "user": st.one_of(
+        TEXT,
+        st.lists(
+            st.one_of(
+                st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}),
+                st.fixed_dictionaries(
+                    {"type": st.just("tool_result"), "tool_use_id": TEXT, "content": TEXT}
+                ),
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+    ),
+    "assistant": st.lists(
+        st.one_of(
+            st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}),
+            st.fixed_dictionaries(
+                {"type": st.just("thinking"), "thinking": TEXT, "signature": TEXT}
+            ),
+            st.fixed_dictionaries(
+                {
+                    "type": st.just("tool_use"),
+                    "id": TEXT,
+                    "name": st.just("Bash"),
+                    "input": st.dictionaries(TEXT, TEXT, max_size=2),
+                }
+            ),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    "system": TEXT,  # Claude Code's reminders among the turns
+}
+wire_messages = st.sampled_from(["user", "assistant", "system"]).flatmap(
+    lambda role: st.fixed_dictionaries({"role": st.just(role), "content": BLOCKS[role]})
+)
+
+
+def messages_body(history: list[Any]) -> bytes:
+    system = [{"type": "text", "text": "You are Claude Code. " * 40}]
+    return orjson.dumps(
+        {"model": "claude-x", "max_tokens": 64, "system": system, "messages": history}
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    history=st.lists(wire_messages, min_size=1, max_size=5),
+    turns=st.lists(st.lists(wire_messages, max_size=3), min_size=1, max_size=4),
+)
+def test_a_growing_messages_conversation_converts_as_a_full_read_would(
+    history: list[Any], turns: list[list[Any]]
+) -> None:
+    cache = GrownBodies("messages", smallest_bytes=0)
+    read_body(messages_body(history), cache)
+    for added in turns:
+        history = history + added
+        raw = messages_body(history)
+        assert cache.find(raw) is not None
+        grown, whole = read_body(raw, cache), read_body(raw)
+        assert grown.body == whole.body
+        assert grown.messages == whole.messages  # the ORIGINAL each carries included
