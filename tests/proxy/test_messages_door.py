@@ -377,3 +377,29 @@ def test_count_tokens_errors_use_the_anthropic_envelope(proxy: ProxyServer) -> N
     assert answer.status_code == 400
     assert answer.json()["type"] == "error"
     assert answer.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_growing_session_of_large_bodies_reaches_the_upstream_as_sent(
+    anthropic_sim: Simulator, proxy: ProxyServer
+) -> None:
+    """The SDK writes compact JSON, so each request after the first is read as the one before
+    with turns added: what the upstream receives is still exactly what was sent, and a bad
+    turn added to a body read before is refused before any call."""
+    client = _client(proxy)
+    system = [{"type": "text", "text": "You are Claude Code. Follow the rules. " * 1200}]
+    # The SDK writes `messages` before `system`: the turns alone pass the 512 bytes that
+    # tell conversations apart, as a real session's do after its first request.
+    history: list[Any] = [{"role": "user", "content": "Here is the plan. " * 40}]
+    history.append({"role": "assistant", "content": [{"type": "text", "text": "ok"}]})
+    for step in range(4):
+        history.append({"role": "user", "content": [{"type": "text", "text": f"step {step} é"}]})
+        client.messages.create(model=MODEL, max_tokens=100, system=system, messages=history)
+        sent = _messages(anthropic_sim)[-1]
+        assert sent.body["messages"] == history and sent.body["system"] == system
+        assert len(sent.raw) > 40_000
+        history.append({"role": "assistant", "content": [{"type": "text", "text": "done"}]})
+    calls = len(_messages(anthropic_sim))
+    broken = [*history, {"role": "user", "content": 7}]
+    with pytest.raises(anthropic.BadRequestError, match=r"messages\.10"):
+        client.messages.create(model=MODEL, max_tokens=100, system=system, messages=broken)
+    assert len(_messages(anthropic_sim)) == calls
