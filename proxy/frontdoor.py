@@ -81,9 +81,9 @@ class FrontDoor(Protocol):
     def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
         """The request, or BadRequest saying what is wrong with it.
 
-        `earlier` holds bodies this door parsed before: a body that grew out of one of them
-        is parsed (checked, converted) only as far as it is new. A door whose conversion
-        joins items across the array (Responses) has `grows = None` and gets None.
+        `earlier` holds bodies this door parsed before (None when `grows` is None or
+        `server.parsed_request_bytes` is 0): a body that grew out of one of them is parsed,
+        checked and converted only as far as it is new.
         """
         ...
 

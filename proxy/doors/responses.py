@@ -26,10 +26,10 @@ class ResponsesDoor:
     api: str = "responses"
     paths: tuple[str, ...] = ("/v1/responses", "/responses")
     upstream_path: str = "/responses"
-    grows: str | None = None
+    grows: str | None = "input"
 
     def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
-        return responses_wire.parse_request(raw)
+        return responses_wire.parse_request(raw, earlier)
 
     def render(
         self,

@@ -23,6 +23,7 @@ without its ids as JSON arguments). Outputs pair by `call_id` (else `id`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
@@ -64,11 +65,32 @@ def output_key(item: Item) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Grouped:
+    """Items grouped so far, and where the grouping stands, to go on from with more items."""
+
+    groups: list[list[Any]]
+    turn_open: bool = False  # the last group is an assistant turn still taking items
+    pending: frozenset[Any] = frozenset()  # calls of that turn whose output has not come yet
+
+
 def group_items(items: Sequence[Any]) -> list[list[Any]]:
     """Consecutive items split into the groups described in the module doc."""
-    groups: list[list[Any]] = []
-    turn_open = False  # the last group is an assistant turn still taking items
-    pending: set[Any] = set()  # calls of the last turn whose output has not come yet
+    return regroup(Grouped([]), items).groups
+
+
+def regroup(start: Grouped, items: Sequence[Any]) -> Grouped:
+    """`start` with `items` added after its items; `start` itself is left as it was (its last
+    group is copied before an item joins it)."""
+    groups = list(start.groups)
+    turn_open, pending = start.turn_open, set(start.pending)
+    kept_last = start.groups[-1] if start.groups else None
+
+    def join_last(item: Any) -> None:
+        if groups[-1] is kept_last:
+            groups[-1] = list(groups[-1])
+        groups[-1].append(item)
+
     for item in items:
         kind = item_kind(item)
         if kind == "output":
@@ -80,20 +102,20 @@ def group_items(items: Sequence[Any]) -> list[list[Any]]:
             pending.clear()
             turn_open = False
         elif turn_open and kind != "opaque":
-            groups[-1].append(item)
+            join_last(item)
             if kind == "call":
                 pending.add(item["call_id"])
         elif kind in ("reasoning", "turn", "opaque") and groups and (pending or kind == "opaque"):
             # Between the outputs of a turn's calls: a new assistant message here would cut
             # the outputs after it from their calls, so the item rides with the one before.
-            groups[-1].append(item)
+            join_last(item)
         elif kind == "opaque":
             groups.append([item])
         else:
             groups.append([item])
             pending = {item["call_id"]} if kind == "call" else set()
             turn_open = True
-    return groups
+    return Grouped(groups, turn_open, frozenset(pending))
 
 
 def group_message(items: Sequence[Any]) -> Message:
@@ -178,12 +200,27 @@ def to_tool_call(item: Item) -> ToolCall:
 
 def to_messages(items: Sequence[Any], instructions: str | None) -> list[Message]:
     """The conversation the compressor sees; every message carries its items."""
+    return converted(regroup(Grouped([]), items), instructions, None)
+
+
+def converted(
+    grouped: Grouped, instructions: str | None, before: tuple[Grouped, list[Message]] | None
+) -> list[Message]:
+    """The messages of `grouped`; with `before` (an earlier grouping it went on from, and its
+    messages), the groups it left as they were keep their messages."""
     messages: list[Message] = []
     if instructions:
         head: dict[str, Any] = {"role": "system", "content": instructions}
         head[ORIGINAL] = dict(INSTRUCTIONS_MARK)
         messages.append(cast(Message, head))
-    for group in group_items(items):
+    reused = 0
+    if before is not None:
+        earlier, earlier_messages = before
+        offset = len(earlier_messages) - len(earlier.groups)
+        while reused < len(earlier.groups) and grouped.groups[reused] is earlier.groups[reused]:
+            reused += 1
+        messages.extend(earlier_messages[offset : offset + reused])
+    for group in grouped.groups[reused:]:
         message: dict[str, Any] = dict(group_message(group))
         message[ORIGINAL] = list(group)
         messages.append(cast(Message, message))

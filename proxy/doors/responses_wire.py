@@ -22,11 +22,12 @@ from compression.content import content_text
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
 from compression.types import Message, ToolSchema
 from proxy.doors.bodies import json_object, required_model
-from proxy.doors.responses_items import to_messages
+from proxy.doors.responses_items import Grouped, converted, regroup
 from proxy.doors.responses_render import to_items
 from proxy.doors.responses_stream import usage_of
 from proxy.errors import BadRequest
 from proxy.frontdoor import Usage, WireRequest
+from proxy.grown_bodies import Grown, GrownBodies
 
 PREVIOUS_RESPONSE = (
     "previous_response_id: the history is kept by the provider, where ctxgate cannot see it"
@@ -35,11 +36,18 @@ CONVERSATION = "conversation: the history is kept by the provider, where ctxgate
 COMPACTION_TRIGGER = "compaction_trigger: the provider compacts this history itself"
 
 
-def parse_request(raw: bytes) -> WireRequest:
-    """Parse and check `raw`, raising BadRequest with a message that says what is wrong."""
-    body = json_object(raw)
+def parse_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+    """Parse and check `raw`, raising BadRequest with a message that says what is wrong.
+
+    With `earlier`, a body that grew out of one parsed before is parsed, checked, grouped and
+    converted only as far as it is new (a turn's group it extends is converted again), and
+    every body parsed is kept for those that grow out of it.
+    """
+    grown = earlier.find(raw) if earlier is not None else None
+    body = json_object(raw) if grown is None else grown.body
+    known = 0 if grown is None else grown.known
     model = required_model(body)
-    items = _input_items(body.get("input"))
+    items = _input_items(body.get("input"), known)
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise BadRequest("'instructions' must be a string.", param="instructions")
@@ -50,28 +58,47 @@ def parse_request(raw: bytes) -> WireRequest:
     if tools is not None and not isinstance(tools, list):
         raise BadRequest("'tools' must be an array.", param="tools")
     hint = body.get("prompt_cache_key")
-    return WireRequest(
+    grouped, messages = _conversation(items, known, instructions, grown)
+    request = WireRequest(
         raw=raw,
         body=body,
         model=model,
-        messages=to_messages(items, instructions),
+        messages=messages,
         stream=bool(stream),
         max_tokens=_max_output_tokens(body),
         tools=chat_tools(tools),
         session_hint=hint.strip()[:200] if isinstance(hint, str) and hint.strip() else None,
         passthrough=passthrough_reason(body, items),
     )
+    if earlier is not None:
+        if grown is None:
+            earlier.keep(raw, body, (grouped, messages))
+        else:
+            earlier.keep_grown(raw, grown, (grouped, messages))
+    return request
 
 
-def _input_items(value: Any) -> list[Any]:
+def _conversation(
+    items: list[Any], known: int, instructions: str | None, grown: Grown | None
+) -> tuple[Grouped, list[Message]]:
+    """The items grouped and converted, going on from what the kept body's were."""
+    before: tuple[Grouped, list[Message]] | None = grown.derived if grown is not None else None
+    if before is None:
+        grouped = regroup(Grouped([]), items)
+    else:
+        grouped = regroup(before[0], items[known:])
+    return grouped, converted(grouped, instructions, before)
+
+
+def _input_items(value: Any, known: int = 0) -> list[Any]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if value is None:
         return []
     if not isinstance(value, list):
         raise BadRequest("'input' must be a string or an array of items.", param="input")
-    for index, item in enumerate(value):
-        if not isinstance(item, dict):
+    for index in range(known, len(value)):
+        if not isinstance(value[index], dict):
             raise BadRequest(f"'input[{index}]' must be an object.", param=f"input[{index}]")
     return value
 

@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from proxy.doors.chat_request import parse_chat_request
 from proxy.doors.messages_request import read_body
+from proxy.doors.responses_wire import parse_request
 from proxy.errors import BadRequest
 from proxy.grown_bodies import FOREIGN_SKIPS, GrownBodies
+from tests.proxy.test_responses_items import history as responses_history
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator
 
@@ -240,3 +242,33 @@ def test_a_growing_messages_conversation_converts_as_a_full_read_would(
         grown, whole = read_body(raw, cache), read_body(raw)
         assert grown.body == whole.body
         assert grown.messages == whole.messages  # the ORIGINAL each carries included
+
+
+# -- Responses: the grouping goes on from where it stood, the groups it extends convert anew ---
+
+RULES = {
+    "type": "message",
+    "role": "developer",
+    "content": [{"type": "input_text", "text": "x" * 600}],
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=responses_history(), cuts=st.lists(st.floats(0, 1), min_size=1, max_size=4))
+def test_a_growing_responses_conversation_converts_as_a_full_parse_would(
+    case: tuple[list[Any], str | None], cuts: list[float]
+) -> None:
+    items, instructions = case
+    items = [RULES, *items]
+    ends = sorted({max(1, round(c * len(items))) for c in cuts} | {len(items)})
+    cache = GrownBodies("input", smallest_bytes=0)
+    for number, end in enumerate(ends):
+        raw = orjson.dumps(
+            {"model": "gpt-5-codex", "instructions": instructions, "input": items[:end]}
+        )
+        if number:  # any cut: between a call and its output, inside a turn, after an output
+            assert cache.find(raw) is not None
+        grown, whole = parse_request(raw, cache), parse_request(raw)
+        assert grown.body == whole.body
+        assert grown.messages == whole.messages  # the items each carries included
+        assert grown.passthrough == whole.passthrough
