@@ -4,9 +4,9 @@ An agent sends its whole history with every request: the bytes of its previous r
 new messages put in before the messages array closes (or the same bytes again, on a retry).
 Parsing 64K tokens of JSON, checking every message and freeing it all again is most of what
 ctxgate costs above a bare relay at that size, and the Messages and Responses doors also
-convert every message (item) to the chat shape the core works on. This keeps the last parsed bodies (within
-`server.parsed_request_bytes`); a body that is one of them grown is built from it, and only
-what was added is parsed.
+convert every message (item) to the chat shape the core works on. This keeps the last parsed
+bodies (within `server.parsed_request_bytes`); a body that is one of them grown is built from
+it, and only what was added is parsed.
 
 Exactness: a body is kept only when orjson writes its parse back as exactly the bytes that came
 (what compact JSON writers send: the OpenAI and Anthropic SDKs, Codex, Claude Code), so where

@@ -45,9 +45,10 @@ class ServerSettings:
     """Seconds a client may go without sending any byte of a request body it has started; a
     stalled body is answered 408 and its connection closed."""
     parsed_request_bytes: int = 16 * 1024 * 1024
-    """Bytes of request bodies kept parsed per API (least recently used dropped first), so that the next request of each conversation, the same bytes with
-    messages added, is parsed, checked and converted only as far as it is new; parsed, a body
-    takes about 3x its size. 0 turns it off."""
+    """Bytes of request bodies kept parsed per API (least recently used dropped first), so
+    that the next request of each conversation, the same bytes with messages added, is parsed,
+    checked and converted only as far as it is new; parsed, a body takes about 3x its size.
+    0 turns it off."""
     upstream_client: str = "aiohttp"
     """What carries upstream calls under httpx's API: `aiohttp` (its C HTTP parser; less CPU
     per request) or `httpx` (httpx's own pool, h11)."""
