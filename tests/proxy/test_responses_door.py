@@ -217,3 +217,24 @@ def test_a_stream_cut_by_the_provider_ends_with_an_error_event(
     last = events[-1]
     assert last.type == "error" and last.code == "upstream_error"
     assert "interrupted" in last.message or "closed" in last.message
+
+
+def test_a_growing_session_of_large_bodies_reaches_the_upstream_as_sent(
+    sim: Simulator, proxy: ProxyServer
+) -> None:
+    """The SDK writes compact JSON, so each request after the first is read as the one before
+    with items added, its last turn regrouped: what the upstream receives is still exactly
+    the items sent, and a bad item added to a body read before is refused before any call."""
+    sdk = openai.OpenAI(base_url=proxy.base_url, api_key="sk-client", max_retries=0)
+    items: list[Any] = [{"role": "developer", "content": "Follow the rules. " * 2400}]
+    for step in range(3):
+        items.append({"role": "user", "content": f"step {step} é"})
+        sdk.responses.create(model=MODEL, input=items, instructions="Be brief.")
+        sent = [r for r in sim.received if r.path == "/v1/responses"][-1]
+        assert sent.body["input"] == items and len(sent.raw) > 40_000
+        call = {"type": "function_call", "call_id": f"c{step}", "name": "shell", "arguments": "{}"}
+        items += [call, {"type": "function_call_output", "call_id": f"c{step}", "output": "ok"}]
+    calls = len(sim.received)
+    with pytest.raises(openai.BadRequestError, match=rf"input\[{len(items)}\]"):
+        sdk.responses.create(model=MODEL, input=[*items, 7], instructions="Be brief.")
+    assert len(sim.received) == calls
