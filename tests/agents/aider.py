@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.agents.binaries import agent_binary, required_binary, run_headless
+from tests.agents.binaries import Finished, agent_binary, required_binary, run_headless
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALLED = REPO / ".agents" / "aider" / "bin" / "aider"
@@ -46,16 +45,7 @@ def required_aider() -> Path:
     return required_binary(INSTALLED, "aider", "CTXGATE_TEST_AIDER", "scripts/install-aider.sh")
 
 
-@dataclass(frozen=True, slots=True)
-class AiderRun:
-    exit_code: int | None  # None: killed at the timeout
-    stdout: str
-    stderr: str
-    seconds: float
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
+AiderRun = Finished  # what one headless aider run gave
 
 
 def model_metadata(model: str, window: int) -> dict[str, dict[str, object]]:
@@ -176,4 +166,4 @@ class Aider:
         added to the chat; a timeout kills it and reports ``exit_code`` None."""
         command = self.command(message, files, restore=restore, history_tokens=history_tokens)
         done = run_headless(command, self.workdir, self.env(), timeout, "aider")
-        return AiderRun(done.code, done.stdout, done.stderr, done.seconds)
+        return done

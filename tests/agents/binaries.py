@@ -35,10 +35,14 @@ def required_binary(installed: Path, name: str, flag: str, script: str) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    code: int | None  # None: killed at the timeout
+    exit_code: int | None  # None: killed at the timeout
     stdout: str
     stderr: str
     seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
 
 
 def run_headless(

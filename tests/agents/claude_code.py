@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.agents.binaries import Finished, run_headless
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = REPO / ".agents"  # scripts/install-claude-code.sh installs here
@@ -42,11 +43,7 @@ _DROPPED = (
 
 
 @dataclass(frozen=True, slots=True)
-class ClaudeRun:
-    exit_code: int | None  # None: killed at the timeout
-    stdout: str
-    stderr: str
-    seconds: float
+class ClaudeRun(Finished):
     command: list[str]
 
 
@@ -140,24 +137,5 @@ class ClaudeCode:
             cwd.mkdir(parents=True, exist_ok=True)
             command = self.command(task, model)
             env = self.environment(base_url, api_key, home, model)
-            started = time.monotonic()
-            try:
-                done = subprocess.run(
-                    command,
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                )
-            except subprocess.TimeoutExpired as exc:
-                return ClaudeRun(None, _text(exc.stdout), _text(exc.stderr), timeout, command)
-            seconds = time.monotonic() - started
-            return ClaudeRun(done.returncode, done.stdout, done.stderr, seconds, command)
-
-
-def _text(value: str | bytes | None) -> str:
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return value or ""
+            done = run_headless(command, cwd, env, timeout, "claude")
+            return ClaudeRun(done.exit_code, done.stdout, done.stderr, done.seconds, command)

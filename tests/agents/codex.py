@@ -137,5 +137,5 @@ class Codex:
             task,
         ]
         done = run_headless(command, self.workdir, self.env(), timeout, "codex")
-        code = -9 if done.code is None else done.code
+        code = -9 if done.exit_code is None else done.exit_code
         return CodexRun(code, done.stdout, done.stderr, done.seconds, self.workdir)
