@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import codec, events, sessions
 from storage.db import upsert
+from storage.inline import Reader
 from storage.records import (
     PROMPT_TOKENS_PENDING,
     ArchivedMessage,
@@ -29,9 +30,7 @@ from storage.tables import sessions as sessions_t
 RECENT_CANDIDATES = 500
 
 
-async def find(
-    conn: AsyncConnection, sk: SessionKey, prefix_digests: Sequence[str]
-) -> Checkpoint | None:
+async def find(conn: Reader, sk: SessionKey, prefix_digests: Sequence[str]) -> Checkpoint | None:
     """The newest checkpoint whose prefix matches: highest prefix_len, then highest id.
 
     prefix_digests[i] is the digest of the client's messages[0..i], so a checkpoint of
@@ -61,9 +60,7 @@ async def find(
     return None
 
 
-def _recent(
-    conn: AsyncConnection, sk: SessionKey, digests: Sequence[str], lo: int, hi: int
-) -> Select[Any]:
+def _recent(conn: Reader, sk: SessionKey, digests: Sequence[str], lo: int, hi: int) -> Select[Any]:
     candidates = sorted(set(digests[lo:hi]))
     if conn.dialect.name == "postgresql":
         # One array parameter: a 200-item IN list costs PostgreSQL three times the query.

@@ -19,9 +19,11 @@ from typing import Any, TypeVar
 from sqlalchemy import Table, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from storage.errors import DatabaseBusy, StorageError, translate_errors
+from storage.inline import InlineReader, Reader
 
 logger = logging.getLogger("ctxgate.storage")
 
@@ -32,13 +34,15 @@ _NO_BEGIN = "none"
 Upsert = sqlite.Insert | postgresql.Insert
 T = TypeVar("T")
 Work = Callable[[AsyncConnection], Awaitable[T]]
+Lookup = Callable[[Reader], Awaitable[T]]
 
 
 class Database:
     """An AsyncEngine plus the two kinds of transaction storage uses."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, inline: InlineReader | None = None) -> None:
         self.engine = engine
+        self._inline = inline
         self.dialect = engine.dialect.name
         is_sqlite = self.dialect == "sqlite"
         self._reader = (
@@ -62,9 +66,10 @@ class Database:
             if parsed.get_backend_name() == "sqlite":
                 _prepare_sqlite_path(parsed)
             engine = create_async_engine(parsed)
-            if engine.dialect.name == "sqlite":
-                _install_sqlite_hooks(engine)
-        return cls(engine)
+            if engine.dialect.name != "sqlite":
+                return cls(engine)
+            _install_sqlite_hooks(engine)
+            return cls(engine, InlineReader(parsed))
 
     async def read(self, work: Work[T], *, snapshot: bool = False) -> T:
         """Run `work(conn)` on a connection for reads and return its result.
@@ -75,6 +80,16 @@ class Database:
         """
         engine = self.engine if snapshot else self._reader
         return await _run_to_completion(self._run(engine.connect(), work))
+
+    async def lookup(self, work: Lookup[T]) -> T:
+        """`read` for a few indexed rows: on SQLite run on this thread (see storage.inline),
+        falling back to `read` when SQLite would make it wait or fails it."""
+        if self._inline is not None:
+            try:
+                return await work(self._inline.connection())
+            except DBAPIError as exc:
+                logger.debug("inline read failed, reading through the pool: %s", exc)
+        return await self.read(work)
 
     async def write(self, work: Work[T]) -> T:
         """Run `work(conn)` in one write transaction: committed if it returns, else rolled back.
@@ -124,6 +139,8 @@ class Database:
 
     async def dispose(self) -> None:
         with translate_errors():
+            if self._inline is not None:
+                self._inline.close()
             await self.engine.dispose()
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import RowMapping, delete, desc, select, update
+from sqlalchemy import RowMapping, bindparam, delete, desc, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import codec
 from storage.db import upsert
 from storage.errors import StorageError
+from storage.inline import Reader
 from storage.records import JSONObject, SessionKey, SessionOrder, SessionRecord, Unset
 from storage.tables import leases, sessions
 
@@ -78,8 +79,15 @@ async def lineage(conn: AsyncConnection, sk: SessionKey, limit: int = 1000) -> l
     return found
 
 
-async def get(conn: AsyncConnection, sk: SessionKey) -> SessionRecord | None:
-    row = (await conn.execute(select(sessions).where(where_key(sk)))).mappings().first()
+# Built once: building the statement costs more than SQLite's answer to it.
+_GET = select(sessions).where(
+    (sessions.c.scope == bindparam("scope")) & (sessions.c.key == bindparam("key"))
+)
+
+
+async def get(conn: Reader, sk: SessionKey) -> SessionRecord | None:
+    found = await conn.execute(_GET, {"scope": sk.scope, "key": sk.key})
+    row = found.mappings().first()
     return None if row is None else record_from_row(row)
 
 

@@ -99,7 +99,7 @@ class SessionStore:
         if not isinstance(cached, Miss):
             return cached
         epoch = self._cache.epoch
-        record = await self._db.read(lambda conn: sessions.get(conn, sk))
+        record = await self._db.lookup(lambda conn: sessions.get(conn, sk))
         self._cache.put(sk, record, epoch)
         return record
 
@@ -155,7 +155,7 @@ class SessionStore:
         """
         if not prefix_digests:
             return None
-        return await self._db.read(lambda conn: checkpoints.find(conn, sk, prefix_digests))
+        return await self._db.lookup(lambda conn: checkpoints.find(conn, sk, prefix_digests))
 
     async def commit_compression(self, c: CompressionCommit) -> Checkpoint:
         """Checkpoint + archive + event + session update in one short write transaction."""

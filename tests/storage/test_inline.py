@@ -1,0 +1,120 @@
+"""SQLite lookups run on the event loop's thread: same answers as the pool, no waiting on it."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import text
+
+from storage import SessionKey, SessionStore, UsageRecord, checkpoints, sessions
+from storage.db import Database
+from storage.inline import Reader
+from tests.storage.factories import FakeClock, chain_digests, commit, history
+
+SK = SessionKey("scope-a", "session-1")
+DIGESTS = chain_digests(history(12))
+T = TypeVar("T")
+
+
+def finished_at_once(coro: Coroutine[Any, Any, T]) -> T:
+    """The coroutine's result when it ends without giving the event loop a turn."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise AssertionError("the coroutine waited for something")
+
+
+@pytest.fixture
+async def sqlite_store(sqlite_url: str, clock: FakeClock) -> AsyncIterator[SessionStore]:
+    opened = await SessionStore.open(sqlite_url, clock=clock)
+    yield opened
+    await opened.close()
+
+
+async def test_a_session_lookup_needs_no_round_trip_through_a_thread(
+    sqlite_store: SessionStore,
+) -> None:
+    await sqlite_store.record_usage(UsageRecord(SK, "gpt-4o", 1200, 30, 12))
+    found = finished_at_once(sqlite_store.get_session(SK))
+    assert found is not None and (found.last_prompt_tokens, found.request_count) == (1200, 1)
+    assert finished_at_once(sqlite_store.get_session(SessionKey("scope-a", "other"))) is None
+
+
+async def test_a_checkpoint_lookup_needs_no_round_trip_through_a_thread(
+    sqlite_store: SessionStore,
+) -> None:
+    written = await sqlite_store.commit_compression(commit(SK, DIGESTS, 8))
+    assert finished_at_once(sqlite_store.find_checkpoint(SK, DIGESTS)) == written
+
+
+async def test_lookups_answer_what_reads_through_the_pool_answer(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    store = await SessionStore.open(sqlite_url, clock=clock)
+    try:
+        await store.record_usage(UsageRecord(SK, "gpt-4o", 900, 20, 9))
+        await store.save_engine_state(SK, {"previous_summary": "é ✓", "n": [1, 2.5]})
+        await store.commit_compression(commit(SK, DIGESTS, 4))
+        clock.advance(1)
+        await store.commit_compression(commit(SK, DIGESTS, 8, rotate_to="session-2"))
+    finally:
+        await store.close()
+    db = Database.connect(sqlite_url)
+    try:
+        for sk in (SK, SessionKey(SK.scope, "session-2"), SessionKey(SK.scope, "none")):
+
+            async def one(conn: Reader, sk: SessionKey = sk) -> Any:
+                return await sessions.get(conn, sk)
+
+            assert await db.lookup(one) == await db.read(one)
+        for digests in (DIGESTS, DIGESTS[:6], DIGESTS[:3], chain_digests(history(12, "x"))):
+
+            async def found(conn: Reader, digests: list[str] = digests) -> Any:
+                return await checkpoints.find(conn, SK, digests)
+
+            assert await db.lookup(found) == await db.read(found)
+    finally:
+        await db.dispose()
+
+
+async def test_a_lookup_sqlite_would_make_wait_goes_through_the_pool_and_the_loop_runs_on(
+    sqlite_url: str,
+) -> None:
+    """A file not in WAL mode: a writer's lock stops readers. The lookup waits off the loop."""
+    db = Database.connect(sqlite_url)  # no prepare(): the file keeps its rollback journal
+    path = sqlite_url.split("///", 1)[1]
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("CREATE TABLE t (x INTEGER)")
+    writer.execute("INSERT INTO t VALUES (1)")
+    writer.execute("BEGIN EXCLUSIVE")
+    writer.execute("INSERT INTO t VALUES (2)")
+
+    async def rows(conn: Reader) -> list[int]:
+        return [x for (x,) in await conn.execute(text("SELECT x FROM t ORDER BY x"))]
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticking = asyncio.create_task(ticker())
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.3, writer.execute, "COMMIT")
+    try:
+        started = loop.time()
+        assert await db.lookup(rows) == [1, 2]
+        assert loop.time() - started >= 0.25
+        assert ticks >= 10  # the loop was not held while the lock was
+    finally:
+        ticking.cancel()
+        writer.close()
+        await db.dispose()
