@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import bindparam, select, text
 
-from storage import SessionKey, SessionStore, UsageRecord, checkpoints, sessions
+from storage import SessionKey, SessionStore, UsageRecord, checkpoints, sessions, tables
 from storage.db import Database
 from storage.inline import Reader
 from tests.storage.factories import FakeClock, chain_digests, commit, history
@@ -117,4 +117,34 @@ async def test_a_lookup_sqlite_would_make_wait_goes_through_the_pool_and_the_loo
     finally:
         ticking.cancel()
         writer.close()
+        await db.dispose()
+
+
+async def test_a_statement_compiled_once_gives_the_rows_sqlalchemy_gives(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    """Prepared on the inline path: same keys, values and Python types (a boolean, floats)."""
+    store = await SessionStore.open(sqlite_url, clock=clock)
+    try:
+        for n in range(3):
+            await store.record_usage(UsageRecord(SessionKey("s", f"k{n}"), "m", 10 * n, n, n))
+    finally:
+        await store.close()
+    by_scope = select(tables.sessions).where(tables.sessions.c.scope == bindparam("scope"))
+    by_scope = by_scope.order_by(tables.sessions.c.key)
+    db = Database.connect(sqlite_url)
+    try:
+
+        async def rows(conn: Reader) -> list[dict[str, Any]]:
+            found = await conn.execute(by_scope, {"scope": "s"})
+            return [dict(row) for row in found.mappings()]
+
+        for _ in range(2):  # compiled on the first call, reused on the second
+            inline, pooled = await db.lookup(rows), await db.read(rows)
+            assert len(inline) == 3 and inline == pooled
+            assert [[type(v) for v in r.values()] for r in inline] == [
+                [type(v) for v in r.values()] for r in pooled
+            ]
+            assert all(r["last_usage_estimated"] is False for r in inline)
+    finally:
         await db.dispose()
