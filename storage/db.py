@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
@@ -87,7 +88,7 @@ class Database:
         if self._inline is not None:
             try:
                 return await work(self._inline.connection())
-            except DBAPIError as exc:
+            except (DBAPIError, sqlite3.Error) as exc:  # statements built once run on sqlite3
                 logger.debug("inline read failed, reading through the pool: %s", exc)
         return await self.read(work)
 

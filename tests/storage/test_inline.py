@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import Select, bindparam, column, select, table
 
 from storage import SessionKey, SessionStore, UsageRecord, checkpoints, sessions, tables
 from storage.db import Database
@@ -83,8 +83,13 @@ async def test_lookups_answer_what_reads_through_the_pool_answer(
         await db.dispose()
 
 
+T_ROWS: Select[Any] = select(column("x")).select_from(table("t")).order_by(column("x"))
+BUILT_ONCE = T_ROWS.where(column("x") >= bindparam("low"))
+
+
+@pytest.mark.parametrize("built_once", [False, True], ids=["statement", "built-once"])
 async def test_a_lookup_sqlite_would_make_wait_goes_through_the_pool_and_the_loop_runs_on(
-    sqlite_url: str,
+    sqlite_url: str, built_once: bool
 ) -> None:
     """A file not in WAL mode: a writer's lock stops readers. The lookup waits off the loop."""
     db = Database.connect(sqlite_url)  # no prepare(): the file keeps its rollback journal
@@ -96,7 +101,8 @@ async def test_a_lookup_sqlite_would_make_wait_goes_through_the_pool_and_the_loo
     writer.execute("INSERT INTO t VALUES (2)")
 
     async def rows(conn: Reader) -> list[int]:
-        return [x for (x,) in await conn.execute(text("SELECT x FROM t ORDER BY x"))]
+        found = await (conn.execute(BUILT_ONCE, {"low": 0}) if built_once else conn.execute(T_ROWS))
+        return [x for (x,) in found]
 
     ticks = 0
 
