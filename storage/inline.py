@@ -46,6 +46,7 @@ class _Prepared:
     sql: str
     names: tuple[str, ...]  # parameter names, in placeholder order
     binds: tuple[Processor | None, ...]
+    defaults: dict[str, Any]  # values the statement holds itself (a LIMIT's)
     columns: SimpleResultMetaData
     results: tuple[Processor | None, ...]
 
@@ -62,15 +63,14 @@ class _Prepared:
             compiled.string,
             names,
             tuple(p.type.dialect_impl(dialect).bind_processor(dialect) for p in params),
+            {n: p.effective_value for n, p in zip(names, params, strict=True) if not p.required},
             SimpleResultMetaData(statement.selected_columns.keys()),
             tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns),
         )
 
     def run(self, dbapi: Any, parameters: Mapping[str, Any]) -> Result[Any]:
-        values = [
-            parameters[n] if bind is None else bind(parameters[n])
-            for n, bind in zip(self.names, self.binds, strict=True)
-        ]
+        given = [parameters[n] if n in parameters else self.defaults[n] for n in self.names]
+        values = [v if f is None else f(v) for v, f in zip(given, self.binds, strict=True)]
         rows = dbapi.execute(self.sql, values).fetchall()
         if any(self.results):
             rows = [
