@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Table, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from storage.errors import DatabaseBusy, StorageError, translate_errors
@@ -86,9 +86,10 @@ class Database:
         """`read` for a few indexed rows: on SQLite run on this thread (see storage.inline),
         falling back to `read` when SQLite would make it wait or fails it."""
         if self._inline is not None:
+            # Errors come from SQLAlchemy, or from sqlite3 for statements built once.
             try:
                 return await work(self._inline.connection())
-            except (DBAPIError, sqlite3.Error) as exc:  # statements built once run on sqlite3
+            except (SQLAlchemyError, sqlite3.Error) as exc:
                 logger.debug("inline read failed, reading through the pool: %s", exc)
         return await self.read(work)
 
