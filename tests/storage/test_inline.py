@@ -154,3 +154,24 @@ async def test_a_statement_compiled_once_gives_the_rows_sqlalchemy_gives(
             assert all(r["last_usage_estimated"] is False for r in inline)
     finally:
         await db.dispose()
+
+
+async def test_lookups_hold_no_read_transaction_that_would_keep_the_wal_growing(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    """A reader left inside a read transaction stops checkpoints from emptying the WAL."""
+    store = await SessionStore.open(sqlite_url, clock=clock)
+    try:
+        await store.commit_compression(commit(SK, DIGESTS, 8))
+        for _ in range(20):
+            await store.record_usage(UsageRecord(SK, "gpt-4o", 100, 5, 12))
+            assert await store.get_session(SK) is not None
+            assert await store.find_checkpoint(SK, DIGESTS) is not None
+        other = sqlite3.connect(sqlite_url.split("///", 1)[1])
+        try:
+            busy, _, _ = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            other.close()
+        assert busy == 0
+    finally:
+        await store.close()
