@@ -74,14 +74,10 @@ class Grouped:
     pending: frozenset[Any] = frozenset()  # calls of that turn whose output has not come yet
 
 
-def group_items(items: Sequence[Any]) -> list[list[Any]]:
-    """Consecutive items split into the groups described in the module doc."""
-    return regroup(Grouped([]), items).groups
-
-
 def regroup(start: Grouped, items: Sequence[Any]) -> Grouped:
-    """`start` with `items` added after its items; `start` itself is left as it was (its last
-    group is copied before an item joins it)."""
+    """`start` with `items` added after its items, split into the groups described in the
+    module doc; `start` itself is left as it was (its last group is copied before an item
+    joins it)."""
     groups = list(start.groups)
     turn_open, pending = start.turn_open, set(start.pending)
     kept_last = start.groups[-1] if start.groups else None

@@ -165,5 +165,4 @@ class Aider:
         """One aider process answering ``message`` with ``files`` (relative to ``workdir``)
         added to the chat; a timeout kills it and reports ``exit_code`` None."""
         command = self.command(message, files, restore=restore, history_tokens=history_tokens)
-        done = run_headless(command, self.workdir, self.env(), timeout, "aider")
-        return done
+        return run_headless(command, self.workdir, self.env(), timeout, "aider")

@@ -54,17 +54,14 @@ async def test_a_checkpoint_lookup_needs_no_round_trip_through_a_thread(
 
 
 async def test_lookups_answer_what_reads_through_the_pool_answer(
-    sqlite_url: str, clock: FakeClock
+    sqlite_store: SessionStore, sqlite_url: str, clock: FakeClock
 ) -> None:
-    store = await SessionStore.open(sqlite_url, clock=clock)
-    try:
-        await store.record_usage(UsageRecord(SK, "gpt-4o", 900, 20, 9))
-        await store.save_engine_state(SK, {"previous_summary": "é ✓", "n": [1, 2.5]})
-        await store.commit_compression(commit(SK, DIGESTS, 4))
-        clock.advance(1)
-        await store.commit_compression(commit(SK, DIGESTS, 8, rotate_to="session-2"))
-    finally:
-        await store.close()
+    store = sqlite_store
+    await store.record_usage(UsageRecord(SK, "gpt-4o", 900, 20, 9))
+    await store.save_engine_state(SK, {"previous_summary": "é ✓", "n": [1, 2.5]})
+    await store.commit_compression(commit(SK, DIGESTS, 4))
+    clock.advance(1)
+    await store.commit_compression(commit(SK, DIGESTS, 8, rotate_to="session-2"))
     db = Database.connect(sqlite_url)
     try:
         for sk in (SK, SessionKey(SK.scope, "session-2"), SessionKey(SK.scope, "none")):
@@ -127,15 +124,11 @@ async def test_a_lookup_sqlite_would_make_wait_goes_through_the_pool_and_the_loo
 
 
 async def test_a_statement_compiled_once_gives_the_rows_sqlalchemy_gives(
-    sqlite_url: str, clock: FakeClock
+    sqlite_store: SessionStore, sqlite_url: str
 ) -> None:
     """Prepared on the inline path: same keys, values and Python types (a boolean, floats)."""
-    store = await SessionStore.open(sqlite_url, clock=clock)
-    try:
-        for n in range(3):
-            await store.record_usage(UsageRecord(SessionKey("s", f"k{n}"), "m", 10 * n, n, n))
-    finally:
-        await store.close()
+    for n in range(3):
+        await sqlite_store.record_usage(UsageRecord(SessionKey("s", f"k{n}"), "m", 10 * n, n, n))
     by_scope = select(tables.sessions).where(tables.sessions.c.scope == bindparam("scope"))
     by_scope = by_scope.order_by(tables.sessions.c.key)
     db = Database.connect(sqlite_url)
@@ -157,21 +150,18 @@ async def test_a_statement_compiled_once_gives_the_rows_sqlalchemy_gives(
 
 
 async def test_lookups_hold_no_read_transaction_that_would_keep_the_wal_growing(
-    sqlite_url: str, clock: FakeClock
+    sqlite_store: SessionStore, sqlite_url: str
 ) -> None:
     """A reader left inside a read transaction stops checkpoints from emptying the WAL."""
-    store = await SessionStore.open(sqlite_url, clock=clock)
+    store = sqlite_store
+    await store.commit_compression(commit(SK, DIGESTS, 8))
+    for _ in range(20):
+        await store.record_usage(UsageRecord(SK, "gpt-4o", 100, 5, 12))
+        assert await store.get_session(SK) is not None
+        assert await store.find_checkpoint(SK, DIGESTS) is not None
+    other = sqlite3.connect(sqlite_url.split("///", 1)[1])
     try:
-        await store.commit_compression(commit(SK, DIGESTS, 8))
-        for _ in range(20):
-            await store.record_usage(UsageRecord(SK, "gpt-4o", 100, 5, 12))
-            assert await store.get_session(SK) is not None
-            assert await store.find_checkpoint(SK, DIGESTS) is not None
-        other = sqlite3.connect(sqlite_url.split("///", 1)[1])
-        try:
-            busy, _, _ = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        finally:
-            other.close()
-        assert busy == 0
+        busy, _, _ = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     finally:
-        await store.close()
+        other.close()
+    assert busy == 0
