@@ -43,6 +43,12 @@ class WireRequest:
     tools: list[ToolSchema] | None  # tool schemas in chat shape, for token counting only
     session_hint: str | None = None  # a session id the body carries (headers come first)
     passthrough: str | None = None  # why the request is forwarded untouched, when it is
+    image_marks: int | None = None  # how often IMAGE_MARK occurs in `raw`, when known unscanned
+
+
+# An image part's key in the Chat and Responses shapes: a short URL can cost hundreds of
+# tokens, so the cheap bound on a request's tokens adds a flat cost per occurrence.
+IMAGE_MARK = b'"image_url"'
 
 
 @dataclass(frozen=True, slots=True)

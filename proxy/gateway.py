@@ -26,7 +26,7 @@ from starlette.responses import Response
 from proxy.auth import Authenticator
 from proxy.conversations import Conversations
 from proxy.errors import BadRequest, UpstreamStatus, unknown_model
-from proxy.frontdoor import FrontDoor, StreamWatch, Usage
+from proxy.frontdoor import IMAGE_MARK, FrontDoor, StreamWatch, Usage
 from proxy.grown_bodies import GrownBodies
 from proxy.headers import client_response_headers, upstream_request_headers
 from proxy.identity import identify, scope_for
@@ -84,7 +84,7 @@ class Gateway:
             return None
         earlier = self._earlier.get(door.api)
         if earlier is None:
-            earlier = self._earlier[door.api] = GrownBodies(door.grows, budget)
+            earlier = self._earlier[door.api] = GrownBodies(door.grows, budget, mark=IMAGE_MARK)
         return earlier
 
     async def _serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:

@@ -15,6 +15,9 @@ kept bytes with `,` and new messages at that offset, and orjson writes those mes
 exactly the inserted bytes: the result equals a full parse. Kept parsed values are shared with
 later requests, so nothing may change a parsed request in place (no message transform in
 ctxgate does; each returns new values); so are what doors keep with them (`derived`).
+
+A `mark` given at construction is counted in every kept body once, and in a grown body only
+where it is new: what a byte scan of the whole body would find, without the scan.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class _Kept:
     body: dict[str, Any]
     end: int  # offset in `raw` just past the array's last entry
     derived: Any  # what the door made of the body (a conversion it can extend), if anything
+    marks: int | None  # how often the mark occurs in `raw` (None: no mark counted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,7 @@ class Grown:
     known: int  # how many leading entries of the array were in the kept body (checked then)
     end: int
     source: _Kept
+    marks: int | None  # how often the mark occurs in the grown body's bytes
 
     @property
     def derived(self) -> Any:
@@ -59,9 +64,14 @@ class GrownBodies:
     """The last parsed bodies of one API, found again by the bodies that grew out of them."""
 
     def __init__(
-        self, array: str, budget_bytes: int = BUDGET_BYTES, smallest_bytes: int = SMALLEST_BYTES
+        self,
+        array: str,
+        budget_bytes: int = BUDGET_BYTES,
+        smallest_bytes: int = SMALLEST_BYTES,
+        mark: bytes | None = None,
     ) -> None:
         self.array = array
+        self.mark = mark
         self._budget = budget_bytes
         self._smallest = smallest_bytes
         self._kept: OrderedDict[bytes, list[_Kept]] = OrderedDict()
@@ -85,7 +95,10 @@ class GrownBodies:
             grown = _grow(kept, raw, self.array)
             if grown is not None:
                 body, end = grown
-                return Grown(body, len(kept.body[self.array]), end, kept)
+                marks = kept.marks
+                if marks is not None and self.mark is not None and end > kept.end:
+                    marks += raw.count(self.mark, kept.end, end)
+                return Grown(body, len(kept.body[self.array]), end, kept, marks)
         return None
 
     def keep(self, raw: bytes, body: dict[str, Any], derived: Any = None) -> None:
@@ -106,12 +119,13 @@ class GrownBodies:
                 if len(self._foreign) > FOREIGN_KEYS:
                     self._foreign.popitem(last=False)
         elif end >= KEY_BYTES:  # else the opening holds bytes that will change
-            self._store(key, _Kept(raw, body, end, derived), replacing=None)
+            marks = None if self.mark is None else raw.count(self.mark)
+            self._store(key, _Kept(raw, body, end, derived, marks), replacing=None)
 
     def keep_grown(self, raw: bytes, grown: Grown, derived: Any = None) -> None:
         """Keep a grown body, once its added entries passed their checks, in place of the
         body it grew out of (the conversation has moved on)."""
-        kept = _Kept(raw, grown.body, grown.end, derived)
+        kept = _Kept(raw, grown.body, grown.end, derived, grown.marks)
         self._store(raw[:KEY_BYTES], kept, replacing=grown.source)
 
     def _store(self, key: bytes, kept: _Kept, replacing: _Kept | None) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from compression.calibration import Calibration
 from compression.engine import TokenCounter
 from compression.thresholds import Limits
+from proxy.frontdoor import IMAGE_MARK
 from proxy.turn import Turn
 
 IMAGE_TOKENS = 765
@@ -29,8 +30,11 @@ def upper_bound(turn: Turn) -> int:
 
     Images are the exception (a short URL costs hundreds of tokens), so each adds its flat cost.
     """
-    raw = turn.request.raw
-    return len(raw) + IMAGE_TOKENS * raw.count(b'"image_url"')
+    request = turn.request
+    marks = request.image_marks
+    if marks is None:
+        marks = request.raw.count(IMAGE_MARK)
+    return len(request.raw) + IMAGE_TOKENS * marks
 
 
 def estimate_view(turn: Turn, counter: TokenCounter, calibration: Calibration) -> int:

@@ -119,3 +119,15 @@ def test_standalone_module_runs() -> None:
         proc.stdout.close()
         proc.stderr.close()
     assert proc.returncode == 0
+
+
+def test_without_a_log_it_answers_and_keeps_nothing() -> None:
+    seen: list[int | None] = []
+    with Simulator(keep_log=False) as sim:
+        sim.on_request = lambda rec: seen.append(rec.prompt_tokens)
+        with openai.OpenAI(base_url=sim.base_url, api_key="k", max_retries=0) as c:
+            for text in ("one", "two"):
+                answer = c.chat.completions.create(model="m", messages=[user(text)])
+                assert answer.choices[0].message.content == f"ok: {text}"
+        assert sim.received == []
+    assert len(seen) == 2 and all(tokens for tokens in seen)

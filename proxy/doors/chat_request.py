@@ -39,7 +39,8 @@ def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRe
         )
     known = 0 if grown is None else grown.known
     _check_messages(messages[known:] if known else messages, known)
-    request = _wire_request(raw, body, model, messages)
+    marks = grown.marks if grown is not None else None
+    request = _wire_request(raw, body, model, messages, marks)
     if earlier is not None:
         if grown is None:
             earlier.keep(raw, body)
@@ -48,7 +49,9 @@ def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRe
     return request
 
 
-def _wire_request(raw: bytes, body: dict[str, Any], model: str, messages: list[Any]) -> WireRequest:
+def _wire_request(
+    raw: bytes, body: dict[str, Any], model: str, messages: list[Any], marks: int | None
+) -> WireRequest:
     stream = body.get("stream", False)
     if stream is None:
         stream = False
@@ -66,6 +69,7 @@ def _wire_request(raw: bytes, body: dict[str, Any], model: str, messages: list[A
         max_tokens=_max_tokens(body),
         tools=cast(list[ToolSchema] | None, tools),
         session_hint=_metadata_session(body),
+        image_marks=marks,
     )
 
 

@@ -45,6 +45,7 @@ class MessagesDoor:
             tools=read.tools,
             session_hint=read.session_hint,
             passthrough=None if read.messages else "no messages",
+            image_marks=read.image_marks,
         )
 
     def render(

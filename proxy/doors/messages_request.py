@@ -7,7 +7,7 @@ Only what ctxgate acts on is checked (`model`, `system`, `messages`, `stream`, `
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import orjson
@@ -33,6 +33,7 @@ class MessagesBody:
     max_tokens: int | None
     tools: list[ToolSchema] | None
     session_hint: str | None
+    image_marks: int | None = None  # see WireRequest
 
 
 def read_body(raw: bytes, earlier: GrownBodies | None = None) -> MessagesBody:
@@ -50,6 +51,7 @@ def read_body(raw: bytes, earlier: GrownBodies | None = None) -> MessagesBody:
             earlier.keep(raw, body, read.messages)
         else:
             earlier.keep_grown(raw, grown, read.messages)
+            read = replace(read, image_marks=grown.marks)
     return read
 
 

@@ -69,6 +69,7 @@ def parse_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRequest
         tools=chat_tools(tools),
         session_hint=hint.strip()[:200] if isinstance(hint, str) and hint.strip() else None,
         passthrough=passthrough_reason(body, items),
+        image_marks=grown.marks if grown is not None else None,
     )
     if earlier is not None:
         if grown is None:

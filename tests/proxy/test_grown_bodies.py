@@ -16,6 +16,7 @@ from proxy.doors.chat_request import parse_chat_request
 from proxy.doors.messages_request import read_body
 from proxy.doors.responses_wire import parse_request
 from proxy.errors import BadRequest
+from proxy.frontdoor import IMAGE_MARK
 from proxy.grown_bodies import FOREIGN_SKIPS, GrownBodies
 from tests.proxy.test_responses_items import history as responses_history
 from tests.servers import ProxyServer, settings_for
@@ -73,6 +74,42 @@ def test_a_growing_conversation_parses_as_a_full_parse_would(
         assert request.body == orjson.loads(raw)
         assert list(request.body) == list(orjson.loads(raw))  # key order too
         assert request.messages == [SYSTEM, *history] and request.raw is raw
+
+
+image_part = st.builds(
+    lambda url: {"type": "image_url", "image_url": {"url": url}},
+    st.sampled_from(["https://x/a.png", "data:image/png;base64,AAAA", '"image_url"']),
+)
+pictured = st.builds(
+    lambda parts, said: {"role": "user", "content": [*parts, {"type": "text", "text": said}]},
+    st.lists(image_part, max_size=3),
+    st.sampled_from(["look", 'a "image_url" key', "image_url"]),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    history=st.lists(messages | pictured, min_size=1, max_size=4),
+    turns=st.lists(st.lists(messages | pictured, max_size=3), min_size=1, max_size=4),
+)
+def test_a_grown_body_knows_its_image_marks_without_a_scan(
+    history: list[Any], turns: list[list[Any]]
+) -> None:
+    # The bound on a request's tokens adds a flat cost per image mark; a grown body's count
+    # comes from the body it grew out of plus what was added, and must equal a full scan.
+    cache = GrownBodies("messages", smallest_bytes=0, mark=IMAGE_MARK)
+    first = body({}, history, {})
+    assert parse_chat_request(first, cache).image_marks is None  # scanned where it is used
+    for added in [*turns, []]:  # the last body comes again unchanged, as a retry does
+        history = history + added
+        raw = body({}, history, {})
+        assert parse_chat_request(raw, cache).image_marks == raw.count(IMAGE_MARK)
+    pictures = [{"type": "input_image", "image_url": "https://x/a.png"}]
+    items = [RULES, {"type": "message", "role": "user", "content": pictures}]
+    responses = GrownBodies("input", smallest_bytes=0, mark=IMAGE_MARK)
+    parse_request(orjson.dumps({"model": "m", "input": items[:1]}), responses)
+    raw = orjson.dumps({"model": "m", "input": items})
+    assert parse_request(raw, responses).image_marks == 1 == raw.count(IMAGE_MARK)
 
 
 def test_what_did_not_grow_is_parsed_whole() -> None:
@@ -233,13 +270,14 @@ def messages_body(history: list[Any]) -> bytes:
 def test_a_growing_messages_conversation_converts_as_a_full_read_would(
     history: list[Any], turns: list[list[Any]]
 ) -> None:
-    cache = GrownBodies("messages", smallest_bytes=0)
+    cache = GrownBodies("messages", smallest_bytes=0, mark=IMAGE_MARK)
     read_body(messages_body(history), cache)
     for added in turns:
         history = history + added
         raw = messages_body(history)
         assert cache.find(raw) is not None
         grown, whole = read_body(raw, cache), read_body(raw)
+        assert grown.image_marks == raw.count(IMAGE_MARK) and whole.image_marks is None
         assert grown.body == whole.body
         assert grown.messages == whole.messages  # the ORIGINAL each carries included
 

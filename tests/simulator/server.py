@@ -57,6 +57,7 @@ class Simulator:
         validate_messages: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
+        keep_log: bool = True,
     ) -> None:
         self.models: dict[str, ModelSpec] = {
             name: spec if isinstance(spec, ModelSpec) else ModelSpec(window=int(spec))
@@ -69,6 +70,9 @@ class Simulator:
         self.responder: Responder | None = None
         self.summary_detector: Callable[[Any], bool] = is_summary_request
         self.on_request: Callable[[Received], None] | None = None
+        # False for a benchmark's upstream: a log of every body grows without bound, and
+        # freeing it in one go would pause the server in the middle of someone's request.
+        self.keep_log = keep_log
         self.host = host
         self._port = port
 
@@ -319,8 +323,9 @@ class Simulator:
             self.messages_api.inspect(rec)
         elif rec.is_responses:
             self.responses.inspect(rec)
-        with self._lock:
-            self._received.append(rec)
+        if self.keep_log:
+            with self._lock:
+                self._received.append(rec)
         if self.on_request is not None:
             try:
                 self.on_request(rec)
