@@ -2,9 +2,11 @@
 
 Rows this process writes stay current here: usage is applied the way the database applies it,
 every other write drops the entry so the next read goes to the database. Rows another replica
-writes are seen at most `ttl_s` late. That is safe because nothing decisive rests on this
-copy: compressions re-read checkpoints from the database under the session lease, so a stale
-row costs at most one checkpoint lookup or one redundant compression check.
+writes are seen at most `ttl_s` late; on SQLite, at once (the store clears the copies when
+another connection committed, and reads them at any age otherwise). That is safe because
+nothing decisive rests on this copy: compressions re-read checkpoints from the database under
+the session lease, so a stale row costs at most one checkpoint lookup or one redundant
+compression check.
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ class SessionCache:
         """Bumped by every drop: a row read from the database before a drop may predate the
         write that caused it, so `put` refuses rows read in an earlier epoch."""
 
-    def get(self, sk: SessionKey) -> SessionRecord | None | Miss:
+    def get(self, sk: SessionKey, *, any_age: bool = False) -> SessionRecord | None | Miss:
         """The cached row (None: known not to exist) or MISS when absent or expired."""
         entry = self._rows.get(sk)
         if entry is None:
             return MISS
-        if self._clock() - entry[0] > self.ttl_s:
+        if not any_age and self._clock() - entry[0] > self.ttl_s:
             del self._rows[sk]
             return MISS
         return entry[1]
@@ -58,6 +60,10 @@ class SessionCache:
         self._rows.move_to_end(sk)
         while len(self._rows) > self._max:
             self._rows.popitem(last=False)
+
+    def clear(self) -> None:
+        self.epoch += 1
+        self._rows.clear()
 
     def drop(self, sk: SessionKey) -> None:
         self.epoch += 1

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import codec, events, sessions
 from storage.db import upsert
-from storage.inline import Reader
+from storage.inline import Executor
 from storage.records import (
     PROMPT_TOKENS_PENDING,
     ArchivedMessage,
@@ -32,7 +32,7 @@ from storage.tables import sessions as sessions_t
 RECENT_CANDIDATES = 500
 
 
-async def find(conn: Reader, sk: SessionKey, prefix_digests: Sequence[str]) -> Checkpoint | None:
+async def find(conn: Executor, sk: SessionKey, prefix_digests: Sequence[str]) -> Checkpoint | None:
     """The newest checkpoint whose prefix matches: highest prefix_len, then highest id.
 
     prefix_digests[i] is the digest of the client's messages[0..i], so a checkpoint of

@@ -24,26 +24,31 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from storage.errors import DatabaseBusy, StorageError, translate_errors
-from storage.inline import InlineReader, Reader
+from storage.inline import Executor, InlineSQLite
 
 logger = logging.getLogger("ctxgate.storage")
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
+# The inline connection never checkpoints (it would fsync on the loop): after this many of
+# its writes one of the pool's connections checkpoints the WAL.
+CHECKPOINT_EVERY = 16
 _BEGIN_OPTION = "ctxgate_begin"
 _NO_BEGIN = "none"
 
 Upsert = sqlite.Insert | postgresql.Insert
 T = TypeVar("T")
 Work = Callable[[AsyncConnection], Awaitable[T]]
-Lookup = Callable[[Reader], Awaitable[T]]
+Inline = Callable[[Executor], Awaitable[T]]
 
 
 class Database:
     """An AsyncEngine plus the two kinds of transaction storage uses."""
 
-    def __init__(self, engine: AsyncEngine, inline: InlineReader | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, inline: InlineSQLite | None = None) -> None:
         self.engine = engine
         self._inline = inline
+        self._seen_version: int | None = None
+        self._inline_writes = 0
         self.dialect = engine.dialect.name
         is_sqlite = self.dialect == "sqlite"
         self._reader = (
@@ -70,7 +75,7 @@ class Database:
             if engine.dialect.name != "sqlite":
                 return cls(engine)
             _install_sqlite_hooks(engine)
-            return cls(engine, InlineReader(parsed))
+            return cls(engine, InlineSQLite(parsed))
 
     async def read(self, work: Work[T], *, snapshot: bool = False) -> T:
         """Run `work(conn)` on a connection for reads and return its result.
@@ -82,7 +87,26 @@ class Database:
         engine = self.engine if snapshot else self._reader
         return await _run_to_completion(self._run(engine.connect(), work))
 
-    async def lookup(self, work: Lookup[T]) -> T:
+    @property
+    def versioned(self) -> bool:
+        """Whether `changed_elsewhere` can tell (SQLite); else copies of rows need an age."""
+        return self._inline is not None
+
+    def changed_elsewhere(self) -> bool:
+        """Whether a connection other than the inline one committed since the last call
+        (True when it cannot tell). Writes through `write_inline` are not counted."""
+        if self._inline is None:
+            return True
+        try:
+            version = self._inline.data_version()
+        except (SQLAlchemyError, sqlite3.Error):
+            self._seen_version = None
+            return True
+        changed = version != self._seen_version
+        self._seen_version = version
+        return changed
+
+    async def lookup(self, work: Inline[T]) -> T:
         """`read` for a few indexed rows: on SQLite run on this thread (see storage.inline),
         falling back to `read` when SQLite would make it wait or fails it."""
         if self._inline is not None:
@@ -92,6 +116,30 @@ class Database:
             except (SQLAlchemyError, sqlite3.Error) as exc:
                 logger.debug("inline read failed, reading through the pool: %s", exc)
         return await self.read(work)
+
+    async def write_inline(self, work: Inline[T]) -> T:
+        """`write` for a short transaction: on SQLite run on this thread when the write lock
+        is free at once, else (or when it fails) through `write`."""
+        if self._inline is not None:
+            try:
+                result: T = await self._inline.write(work)
+            except (SQLAlchemyError, sqlite3.Error) as exc:
+                logger.debug("inline write failed, writing through the pool: %s", exc)
+            else:
+                self._inline_writes += 1
+                if self._inline_writes % CHECKPOINT_EVERY == 0:
+                    await self.checkpoint()
+                return result
+        return await self.write(work)
+
+    async def checkpoint(self) -> None:
+        """Copy what the WAL holds into the database file, without waiting on anyone."""
+
+        async def passive(conn: AsyncConnection) -> None:
+            await conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
+        if self.dialect == "sqlite":
+            await self.read(passive)
 
     async def write(self, work: Work[T]) -> T:
         """Run `work(conn)` in one write transaction: committed if it returns, else rolled back.

@@ -1,4 +1,4 @@
-"""Small SQLite reads run on the calling thread instead of through aiosqlite's worker thread.
+"""Small SQLite statements run on the calling thread instead of through aiosqlite's thread.
 
 Through aiosqlite every statement is several hops to its thread and back (checkout, cursor,
 execute, fetch, close, the pool's reset). A session lookup measured 1.3 ms of CPU that way,
@@ -7,11 +7,18 @@ SQLite answers in tens of microseconds. In WAL mode a reader never waits for a w
 query costs the event loop no more than itself. Where it would wait (a WAL being recovered,
 a file SQLite could not switch to WAL, another process's exclusive lock) the busy timeout of
 0 makes it fail at once, and the caller takes the usual path.
+
+The usage write-behind's batches go through the same connection (two statements, no fsync
+at commit in WAL mode with synchronous=NORMAL; the WAL is checkpointed by the pool's
+connections, never on the loop). Commits of this one connection leave its `data_version`
+alone, so a change in it means that another connection -- another process, or one of this
+process's pool connections -- committed: which is how the session cache knows its rows are
+still current without reading them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,14 +31,18 @@ from sqlalchemy.sql.base import Executable
 _MAX_PREPARED = 64
 
 
-class Reader(Protocol):
-    """What read functions need of a connection: an AsyncConnection, or an InlineConnection."""
+Parameters = Mapping[str, Any] | Sequence[Mapping[str, Any]]
+
+
+class Executor(Protocol):
+    """What storage functions need of a connection: an AsyncConnection, or an
+    InlineConnection."""
 
     @property
     def dialect(self) -> Dialect: ...
 
     async def execute(
-        self, statement: Executable, parameters: Mapping[str, Any] | None = None
+        self, statement: Executable, parameters: Parameters | None = None
     ) -> Result[Any]: ...
 
 
@@ -81,10 +92,11 @@ class _Prepared:
 
 
 class InlineConnection:
-    """An AsyncConnection's `execute` for reads, run to its end before it returns.
+    """An AsyncConnection's `execute`, run to its end before it returns.
 
-    Each statement runs in its own implicit transaction (autocommit), fetched whole, so no
-    read transaction stays open to hold back the WAL's checkpoints. A SELECT built once and
+    Outside `InlineSQLite.write` each statement runs in its own implicit transaction
+    (autocommit), fetched whole, so no read transaction stays open to hold back the WAL's
+    checkpoints. A SELECT built once and
     run with parameters (a module-level statement with bind parameters) is compiled once and
     run on sqlite3 directly: SQLAlchemy's execution costs several times SQLite's answer.
     """
@@ -98,13 +110,14 @@ class InlineConnection:
         return self.sync.dialect
 
     async def execute(
-        self, statement: Executable, parameters: Mapping[str, Any] | None = None
+        self, statement: Executable, parameters: Parameters | None = None
     ) -> Result[Any]:
-        prepared = self._prepare(statement) if parameters is not None else None
-        if prepared is None:
-            return self.sync.execute(statement, parameters).freeze()()
-        assert parameters is not None
-        return prepared.run(self.sync.connection.dbapi_connection, parameters)
+        if isinstance(parameters, Mapping):
+            prepared = self._prepare(statement)
+            if prepared is not None:
+                return prepared.run(self.sync.connection.dbapi_connection, parameters)
+        result = self.sync.execute(statement, parameters)
+        return result.freeze()() if result.returns_rows else result
 
     def _prepare(self, statement: Executable) -> _Prepared | None:
         if not isinstance(statement, Select):
@@ -118,8 +131,8 @@ class InlineConnection:
         return found if found is not None and found.statement is statement else None
 
 
-class InlineReader:
-    """One query-only sqlite3 connection to the database file, opened on first use."""
+class InlineSQLite:
+    """One sqlite3 connection to the database file, opened on first use."""
 
     def __init__(self, url: URL) -> None:
         self._engine: Engine = create_engine(
@@ -129,7 +142,7 @@ class InlineReader:
             # timeout is sqlite3's busy timeout: fail at once rather than block the loop.
             connect_args={"timeout": 0, "check_same_thread": False},
         )
-        event.listen(self._engine, "connect", _query_only)
+        event.listen(self._engine, "connect", _configure)
         self._conn: InlineConnection | None = None
 
     def connection(self) -> InlineConnection:
@@ -138,6 +151,29 @@ class InlineReader:
             self._conn = InlineConnection(self._engine.connect())
         return self._conn
 
+    def data_version(self) -> int:
+        """SQLite's count that moves when another connection commits. Raises sqlite3's
+        errors."""
+        return int(self._dbapi().execute("PRAGMA data_version").fetchone()[0])
+
+    async def write(self, work: Callable[[InlineConnection], Any]) -> Any:
+        """Await `work(conn)` in one write transaction, taken at once or not at all (busy
+        timeout 0): committed if it returns, rolled back if it raises."""
+        conn = self.connection()
+        dbapi = self._dbapi()
+        dbapi.execute("BEGIN IMMEDIATE")
+        try:
+            result = await work(conn)
+            dbapi.execute("COMMIT")
+        except BaseException:
+            if dbapi.in_transaction:
+                dbapi.execute("ROLLBACK")
+            raise
+        return result
+
+    def _dbapi(self) -> Any:
+        return self.connection().sync.connection.dbapi_connection
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.sync.close()
@@ -145,7 +181,11 @@ class InlineReader:
         self._engine.dispose()
 
 
-def _query_only(dbapi_connection: Any, _record: Any) -> None:
+def _configure(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA query_only=ON")
+    # Per connection: without NORMAL a WAL commit waits for an fsync, on the event loop.
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    # A commit past the threshold would checkpoint here, fsync included: the pool does it.
+    cursor.execute("PRAGMA wal_autocheckpoint=0")
     cursor.close()

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from storage import codec
 from storage.db import upsert
 from storage.errors import StorageError
-from storage.inline import Reader
+from storage.inline import Executor
 from storage.records import JSONObject, SessionKey, SessionOrder, SessionRecord, Unset
 from storage.tables import leases, sessions
 
@@ -85,7 +85,7 @@ _GET = select(sessions).where(
 )
 
 
-async def get(conn: Reader, sk: SessionKey) -> SessionRecord | None:
+async def get(conn: Executor, sk: SessionKey) -> SessionRecord | None:
     found = await conn.execute(_GET, {"scope": sk.scope, "key": sk.key})
     row = found.mappings().first()
     return None if row is None else record_from_row(row)

@@ -95,7 +95,13 @@ class SessionStore:
         await self._db.read(lambda conn: conn.exec_driver_sql("SELECT 1"))
 
     async def get_session(self, sk: SessionKey) -> SessionRecord | None:
-        cached = self._cache.get(sk)
+        # On SQLite a copy stays current for as long as no other connection commits: this
+        # process's usage writes go through the connection that asks, its other writes drop
+        # their session's copy, and anything else moves the data version.
+        versioned = self._db.versioned and self._cache.ttl_s > 0
+        if versioned and self._db.changed_elsewhere():
+            self._cache.clear()
+        cached = self._cache.get(sk, any_age=versioned)
         if not isinstance(cached, Miss):
             return cached
         epoch = self._cache.epoch
@@ -121,7 +127,7 @@ class SessionStore:
         await self._write_usage([self._stamped(u)])
 
     async def _write_usage(self, batch: list[UsageRecord]) -> None:
-        await self._db.write(lambda conn: usage.apply(conn, batch, self._clock()))
+        await self._db.write_inline(lambda conn: usage.apply(conn, batch, self._clock()))
 
     def _stamped(self, u: UsageRecord) -> UsageRecord:
         return u if u.at is not None else dataclasses.replace(u, at=self._clock())

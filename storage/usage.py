@@ -10,6 +10,7 @@ from sqlalchemy import ColumnElement, Executable, and_, bindparam, case, desc, f
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.db import insert_for
+from storage.inline import Executor
 from storage.records import SessionKey, UsagePoint, UsageRecord
 from storage.sessions import new_row
 from storage.tables import sessions, usage
@@ -26,7 +27,7 @@ _INSERTED = (*new_row(SessionKey("", ""), "", 0.0), *_LAST_FIELDS, *_TOTALS)
 _USAGE_FIELDS = ("at", "prompt_tokens", "completion_tokens", "message_count", "estimated")
 
 
-async def apply(conn: AsyncConnection, records: Sequence[UsageRecord], now: float) -> None:
+async def apply(conn: Executor, records: Sequence[UsageRecord], now: float) -> None:
     """Bump counters (one upsert per session) and append one usage row per record.
 
     Two statements whatever the batch holds, each run once over all its rows: through

@@ -12,7 +12,7 @@ from sqlalchemy import Select, bindparam, column, select, table
 
 from storage import SessionKey, SessionStore, UsageRecord, checkpoints, sessions, tables
 from storage.db import Database
-from storage.inline import Reader
+from storage.inline import Executor
 from tests.storage.factories import FakeClock, chain_digests, commit, history
 
 SK = SessionKey("scope-a", "session-1")
@@ -66,13 +66,13 @@ async def test_lookups_answer_what_reads_through_the_pool_answer(
     try:
         for sk in (SK, SessionKey(SK.scope, "session-2"), SessionKey(SK.scope, "none")):
 
-            async def one(conn: Reader, sk: SessionKey = sk) -> Any:
+            async def one(conn: Executor, sk: SessionKey = sk) -> Any:
                 return await sessions.get(conn, sk)
 
             assert await db.lookup(one) == await db.read(one)
         for digests in (DIGESTS, DIGESTS[:6], DIGESTS[:3], chain_digests(history(12, "x"))):
 
-            async def found(conn: Reader, digests: list[str] = digests) -> Any:
+            async def found(conn: Executor, digests: list[str] = digests) -> Any:
                 return await checkpoints.find(conn, SK, digests)
 
             assert await db.lookup(found) == await db.read(found)
@@ -97,7 +97,7 @@ async def test_a_lookup_sqlite_would_make_wait_goes_through_the_pool_and_the_loo
     writer.execute("BEGIN EXCLUSIVE")
     writer.execute("INSERT INTO t VALUES (2)")
 
-    async def rows(conn: Reader) -> list[int]:
+    async def rows(conn: Executor) -> list[int]:
         found = await (conn.execute(BUILT_ONCE, {"low": 0}) if built_once else conn.execute(T_ROWS))
         return [x for (x,) in found]
 
@@ -134,7 +134,7 @@ async def test_a_statement_compiled_once_gives_the_rows_sqlalchemy_gives(
     db = Database.connect(sqlite_url)
     try:
 
-        async def rows(conn: Reader) -> list[dict[str, Any]]:
+        async def rows(conn: Executor) -> list[dict[str, Any]]:
             found = await conn.execute(by_scope, {"scope": "s"})
             return [dict(row) for row in found.mappings()]
 

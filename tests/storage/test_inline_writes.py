@@ -1,0 +1,136 @@
+"""Usage batches written on the event loop's thread, and session copies kept while no other
+connection commits: SQLite's data version tells this process's own writes from the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy import column, select, table
+from sqlalchemy import insert as insert_into
+
+from storage import SessionKey, SessionStore, UsageRecord
+from storage.db import CHECKPOINT_EVERY, Database
+from storage.inline import Executor
+
+SK = SessionKey("scope-a", "session-1")
+T = table("t", column("x"))
+T_INSERT = insert_into(T)
+T_ROWS = select(T.c.x).order_by(T.c.x)
+
+
+def path_of(url: str) -> str:
+    return url.split("///", 1)[1]
+
+
+@pytest.fixture
+async def db(sqlite_url: str) -> AsyncIterator[Database]:
+    opened = Database.connect(sqlite_url)
+    await opened.prepare()
+    await opened.write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (x INTEGER)"))
+    yield opened
+    await opened.dispose()
+
+
+def insert(x: int) -> Any:
+    async def work(conn: Executor) -> None:
+        await conn.execute(T_INSERT, [{"x": x}])
+
+    return work
+
+
+async def rows(db: Database) -> list[int]:
+    async def read(conn: Executor) -> list[int]:
+        return [r[0] for r in (await conn.execute(T_ROWS)).all()]
+
+    return await db.read(read)
+
+
+async def test_only_other_connections_commits_count_as_changes(
+    db: Database, sqlite_url: str
+) -> None:
+    db.changed_elsewhere()  # the first call has nothing to compare with
+    assert not db.changed_elsewhere()
+    for x in range(CHECKPOINT_EVERY + 1):  # a checkpoint by the pool on the way
+        await db.write_inline(insert(x))
+        assert not db.changed_elsewhere()
+    assert await rows(db) == list(range(CHECKPOINT_EVERY + 1))
+    await db.write(insert(100))  # one of this process's pool connections
+    assert db.changed_elsewhere()
+    assert not db.changed_elsewhere()
+    other = sqlite3.connect(path_of(sqlite_url))
+    try:
+        other.execute("INSERT INTO t VALUES (200)")
+        other.commit()
+    finally:
+        other.close()
+    assert db.changed_elsewhere()
+
+
+async def test_another_connections_write_is_seen_at_once_however_long_copies_live(
+    sqlite_url: str,
+) -> None:
+    store = await SessionStore.open(sqlite_url, session_cache_s=600)
+    try:
+        store.record_usage_later(UsageRecord(SK, "gpt-4o", 1200, 30, 12))
+        await store.flush()
+        first = await store.get_session(SK)
+        assert first is not None and first.last_prompt_tokens == 1200
+        store.record_usage_later(UsageRecord(SK, "gpt-4o", 1300, 30, 14))
+        await store.flush()
+        mine = await store.get_session(SK)  # this process's write: the copy follows it
+        assert mine is not None and (mine.last_prompt_tokens, mine.request_count) == (1300, 2)
+        other = sqlite3.connect(path_of(sqlite_url))
+        try:
+            other.execute("UPDATE sessions SET last_prompt_tokens = 5 WHERE key = ?", (SK.key,))
+            other.commit()
+        finally:
+            other.close()
+        seen = await store.get_session(SK)
+        assert seen is not None and (seen.last_prompt_tokens, seen.request_count) == (5, 2)
+    finally:
+        await store.close()
+
+
+async def test_usage_waits_for_a_held_write_lock_off_the_loop(sqlite_url: str) -> None:
+    store = await SessionStore.open(sqlite_url)
+    holder = sqlite3.connect(path_of(sqlite_url), isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        store.record_usage_later(UsageRecord(SK, "gpt-4o", 700, 10, 5))
+        flushed = asyncio.ensure_future(store.flush())
+        ticks = 0
+        for _ in range(30):
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not flushed.done()  # the batch waits for the lock, in the pool's thread
+        holder.execute("ROLLBACK")
+        await asyncio.wait_for(flushed, 10)
+        assert ticks == 30
+        count = holder.execute(
+            "SELECT request_count FROM sessions WHERE key = ?", (SK.key,)
+        ).fetchone()
+        assert count == (1,)
+    finally:
+        holder.close()
+        await store.close()
+
+
+async def test_the_wal_is_checkpointed_though_inline_commits_never_do_it(
+    db: Database, sqlite_url: str
+) -> None:
+    def wal_bytes() -> int:
+        # A checkpointed WAL starts again from its beginning: the file stops growing.
+        return os.path.getsize(path_of(sqlite_url) + "-wal")
+
+    start = wal_bytes()
+    for x in range(CHECKPOINT_EVERY - 1):
+        await db.write_inline(insert(x))
+    per_write = (wal_bytes() - start) / (CHECKPOINT_EVERY - 1)
+    for x in range(5 * CHECKPOINT_EVERY):
+        await db.write_inline(insert(x))
+    assert wal_bytes() - start < 2 * CHECKPOINT_EVERY * per_write
