@@ -72,8 +72,9 @@ class StorageSettings:
     """Seconds this process may answer a session lookup from its own copy of the row instead of
     a database round trip (0 turns the cache off). Writes of this process update or drop the
     copy at once; another replica's writes are seen at most this late, which costs at most a
-    redundant checkpoint check, never a wrong history. On SQLite a copy is kept at any age
-    until another connection commits (SQLite's data version tells), and is read again then."""
+    redundant checkpoint check, never a wrong history. On SQLite a copy past this age is kept
+    while no other connection has committed (SQLite's data version tells), read again once one
+    has."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,11 @@
 
 Rows this process writes stay current here: usage is applied the way the database applies it,
 every other write drops the entry so the next read goes to the database. Rows another replica
-writes are seen at most `ttl_s` late; on SQLite, at once (the store clears the copies when
-another connection committed, and reads them at any age otherwise). That is safe because
-nothing decisive rests on this copy: compressions re-read checkpoints from the database under
-the session lease, so a stale row costs at most one checkpoint lookup or one redundant
-compression check.
+writes are seen at most `ttl_s` late. On SQLite a copy past that age is renewed when no other
+connection committed since the last look (the store asks SQLite's data version), and all
+copies are cleared when one did. That is safe because nothing decisive rests on this copy:
+compressions re-read checkpoints from the database under the session lease, so a stale row
+costs at most one checkpoint lookup or one redundant compression check.
 """
 
 from __future__ import annotations
@@ -43,14 +43,20 @@ class SessionCache:
         """Bumped by every drop: a row read from the database before a drop may predate the
         write that caused it, so `put` refuses rows read in an earlier epoch."""
 
-    def get(self, sk: SessionKey, *, any_age: bool = False) -> SessionRecord | None | Miss:
+    def get(self, sk: SessionKey) -> SessionRecord | None | Miss:
         """The cached row (None: known not to exist) or MISS when absent or expired."""
+        entry = self._rows.get(sk)
+        if entry is None or self._clock() - entry[0] > self.ttl_s:
+            return MISS
+        return entry[1]
+
+    def renew(self, sk: SessionKey) -> SessionRecord | None | Miss:
+        """The cached row at any age, fresh again from now: for a caller that knows it is
+        still what the database holds. MISS when absent."""
         entry = self._rows.get(sk)
         if entry is None:
             return MISS
-        if not any_age and self._clock() - entry[0] > self.ttl_s:
-            del self._rows[sk]
-            return MISS
+        self._rows[sk] = (self._clock(), entry[1])
         return entry[1]
 
     def put(self, sk: SessionKey, record: SessionRecord | None, read_in_epoch: int) -> None:

@@ -220,9 +220,11 @@ class SessionDetail:
 
 @dataclass(frozen=True, slots=True)
 class StoreStats:
-    """Write-behind counters (for metrics)."""
+    """Write-behind counters, and how many session lookups the database answered (the rest
+    came from this process's copies)."""
 
     usage_written: int = 0
     usage_failed: int = 0
     usage_dropped: int = 0
     usage_pending: int = 0
+    session_reads: int = 0

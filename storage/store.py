@@ -49,6 +49,7 @@ class SessionStore:
         self._cache = cache
         self._writer = UsageWriter(self._write_usage)
         self._closed = False
+        self._session_reads = 0
 
     @classmethod
     async def open(
@@ -88,23 +89,26 @@ class SessionStore:
     @property
     def stats(self) -> StoreStats:
         w = self._writer
-        return StoreStats(w.written, w.failed, w.dropped, w.pending)
+        return StoreStats(w.written, w.failed, w.dropped, w.pending, self._session_reads)
 
     async def ping(self) -> None:
         """Readiness: one round trip to the database."""
         await self._db.read(lambda conn: conn.exec_driver_sql("SELECT 1"))
 
     async def get_session(self, sk: SessionKey) -> SessionRecord | None:
-        # On SQLite a copy stays current for as long as no other connection commits: this
-        # process's usage writes go through the connection that asks, its other writes drop
-        # their session's copy, and anything else moves the data version.
-        versioned = self._db.versioned and self._cache.ttl_s > 0
-        if versioned and self._db.changed_elsewhere():
-            self._cache.clear()
-        cached = self._cache.get(sk, any_age=versioned)
+        cached = self._cache.get(sk)
+        if isinstance(cached, Miss) and self._db.versioned and self._cache.ttl_s > 0:
+            # On SQLite an old copy is still current unless another connection committed:
+            # this process's usage writes go through the connection that asks, its other
+            # writes drop their session's copy, and anything else moves the data version.
+            if self._db.changed_elsewhere():
+                self._cache.clear()
+            else:
+                cached = self._cache.renew(sk)
         if not isinstance(cached, Miss):
             return cached
         epoch = self._cache.epoch
+        self._session_reads += 1
         record = await self._db.lookup(lambda conn: sessions.get(conn, sk))
         self._cache.put(sk, record, epoch)
         return record

@@ -71,27 +71,31 @@ async def test_only_other_connections_commits_count_as_changes(
     assert db.changed_elsewhere()
 
 
-async def test_another_connections_write_is_seen_at_once_however_long_copies_live(
+async def test_an_old_copy_is_read_again_only_once_another_connection_committed(
     sqlite_url: str,
 ) -> None:
-    store = await SessionStore.open(sqlite_url, session_cache_s=600)
+    store = await SessionStore.open(sqlite_url, session_cache_s=0.05)
     try:
         store.record_usage_later(UsageRecord(SK, "gpt-4o", 1200, 30, 12))
         await store.flush()
         first = await store.get_session(SK)
-        assert first is not None and first.last_prompt_tokens == 1200
+        assert first is not None and store.stats.session_reads == 1
+        await asyncio.sleep(0.1)  # past the copy's age
         store.record_usage_later(UsageRecord(SK, "gpt-4o", 1300, 30, 14))
         await store.flush()
-        mine = await store.get_session(SK)  # this process's write: the copy follows it
+        mine = await store.get_session(SK)  # only this process wrote: the copy is current
         assert mine is not None and (mine.last_prompt_tokens, mine.request_count) == (1300, 2)
+        assert store.stats.session_reads == 1
         other = sqlite3.connect(path_of(sqlite_url))
         try:
             other.execute("UPDATE sessions SET last_prompt_tokens = 5 WHERE key = ?", (SK.key,))
             other.commit()
         finally:
             other.close()
+        await asyncio.sleep(0.1)
         seen = await store.get_session(SK)
         assert seen is not None and (seen.last_prompt_tokens, seen.request_count) == (5, 2)
+        assert store.stats.session_reads == 2
     finally:
         await store.close()
 
