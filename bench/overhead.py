@@ -73,6 +73,10 @@ from bench.overhead_services import (  # noqa: E402
     smoke,
 )
 
+UPSTREAM_KEEP_ALIVE_S = 120
+# Below the 5 s after which uvicorn (every proxy here runs on it) closes an idle connection, so
+# the client never reuses one the server is closing; above it, a ReadError now and then.
+CLIENT_KEEP_ALIVE_S = 3.0
 PROFILE_RATE = 200  # samples/s: low enough that py-spy barely slows the process down
 PROFILE_CASES = (
     ("8k-nonstream", False),
@@ -94,7 +98,10 @@ def serve_simulator(port: int) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     signal.signal(signal.SIGINT, lambda *_: stopped.set())
     spec = ModelSpec(window=2_000_000)
-    with Simulator(default=spec, chunk_delay_s=0.0, port=port, keep_log=False) as sim:
+    # Providers keep idle connections open far longer than uvicorn's 5 s: at 5 s a proxy
+    # reusing a connection after one of the 4-5 s rounds with the peers raced its close.
+    keep = UPSTREAM_KEEP_ALIVE_S
+    with Simulator(default=spec, port=port, keep_log=False, keep_alive_s=keep) as sim:
         print(f"provider simulator listening on {sim.base_url}", flush=True)
         while not stopped.wait(1.0):
             pass
@@ -155,7 +162,9 @@ async def measure(
     histories: dict[str, bytes],
     args: argparse.Namespace,
 ) -> tuple[list[CellResult], dict[str, Any]]:
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256, keepalive_expiry=120)
+    limits = httpx.Limits(
+        max_connections=256, max_keepalive_connections=256, keepalive_expiry=CLIENT_KEEP_ALIVE_S
+    )
     timeout = httpx.Timeout(120.0, connect=10.0)
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         services = await smoke(client, services, histories["8k-nonstream"])

@@ -3,6 +3,7 @@ or ports, and the standalone module."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -131,3 +132,19 @@ def test_without_a_log_it_answers_and_keeps_nothing() -> None:
                 assert answer.choices[0].message.content == f"ok: {text}"
         assert sim.received == []
     assert len(seen) == 2 and all(tokens for tokens in seen)
+
+
+@pytest.mark.parametrize("keep_alive_s", [1, 5])
+def test_an_idle_connection_is_closed_after_keep_alive_s(keep_alive_s: int) -> None:
+    with Simulator(keep_alive_s=keep_alive_s) as sim:
+        host, port = sim.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(1.6)
+            conn.settimeout(0.2)
+            try:
+                closed = conn.recv(1) == b""
+            except TimeoutError:
+                closed = False
+        assert closed is (keep_alive_s == 1)

@@ -58,6 +58,7 @@ class Simulator:
         host: str = "127.0.0.1",
         port: int = 0,
         keep_log: bool = True,
+        keep_alive_s: int = 5,
     ) -> None:
         self.models: dict[str, ModelSpec] = {
             name: spec if isinstance(spec, ModelSpec) else ModelSpec(window=int(spec))
@@ -73,6 +74,7 @@ class Simulator:
         # False for a benchmark's upstream: a log of every body grows without bound, and
         # freeing it in one go would pause the server in the middle of someone's request.
         self.keep_log = keep_log
+        self.keep_alive_s = keep_alive_s  # how long an idle client connection stays open
         self.host = host
         self._port = port
 
@@ -118,6 +120,7 @@ class Simulator:
             loop="asyncio",
             log_config=None,
             access_log=False,
+            timeout_keep_alive=self.keep_alive_s,
             timeout_graceful_shutdown=2,
         )
         self._server = uvicorn.Server(config)
