@@ -122,7 +122,7 @@ class Database:
         is free at once, else (or when it fails) through `write`."""
         if self._inline is not None:
             try:
-                result: T = await self._inline.write(work)
+                result = await self._inline.write(work)
             except (SQLAlchemyError, sqlite3.Error) as exc:
                 logger.debug("inline write failed, writing through the pool: %s", exc)
             else:
@@ -133,13 +133,18 @@ class Database:
         return await self.write(work)
 
     async def checkpoint(self) -> None:
-        """Copy what the WAL holds into the database file, without waiting on anyone."""
+        """Copy what the WAL holds into the database file, without waiting on anyone. Never
+        raises: what was written stays written, and the next checkpoint catches up."""
 
         async def passive(conn: AsyncConnection) -> None:
             await conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
-        if self.dialect == "sqlite":
+        if self.dialect != "sqlite":
+            return
+        try:
             await self.read(passive)
+        except StorageError as exc:
+            logger.warning("WAL checkpoint failed: %s", exc)
 
     async def write(self, work: Work[T]) -> T:
         """Run `work(conn)` in one write transaction: committed if it returns, else rolled back.

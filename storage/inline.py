@@ -18,9 +18,9 @@ still current without reading them again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine, Result, Select, create_engine, event
 from sqlalchemy.engine import URL, Dialect
@@ -29,6 +29,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.base import Executable
 
 _MAX_PREPARED = 64
+T = TypeVar("T")
 
 
 Parameters = Mapping[str, Any] | Sequence[Mapping[str, Any]]
@@ -156,7 +157,7 @@ class InlineSQLite:
         errors."""
         return int(self._dbapi().execute("PRAGMA data_version").fetchone()[0])
 
-    async def write(self, work: Callable[[InlineConnection], Any]) -> Any:
+    async def write(self, work: Callable[[InlineConnection], Awaitable[T]]) -> T:
         """Await `work(conn)` in one write transaction, taken at once or not at all (busy
         timeout 0): committed if it returns, rolled back if it raises."""
         conn = self.connection()
