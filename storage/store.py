@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import checkpoints, events, leases, migrations, sessions, usage, windows
 from storage.cache import Miss, SessionCache
 from storage.db import Database
+from storage.inline import Executor
 from storage.records import (
     UNSET,
     ArchivedMessage,
@@ -35,6 +36,8 @@ from storage.records import (
     UsageRecord,
 )
 from storage.writer import UsageWriter
+
+INLINE_USAGE_RECORDS = 64  # larger batches go through the pool's thread
 
 Clock = Callable[[], float]
 
@@ -131,7 +134,14 @@ class SessionStore:
         await self._write_usage([self._stamped(u)])
 
     async def _write_usage(self, batch: list[UsageRecord]) -> None:
-        await self._db.write_inline(lambda conn: usage.apply(conn, batch, self._clock()))
+        def write(conn: Executor) -> Awaitable[None]:
+            return usage.apply(conn, batch, self._clock())
+
+        # A batch written inline holds the event loop: ~1.6 ms for 64 records, ~19 for 1000.
+        if len(batch) <= INLINE_USAGE_RECORDS:
+            await self._db.write_inline(write)
+        else:
+            await self._db.write(write)
 
     def _stamped(self, u: UsageRecord) -> UsageRecord:
         return u if u.at is not None else dataclasses.replace(u, at=self._clock())

@@ -16,6 +16,7 @@ from sqlalchemy import insert as insert_into
 from storage import SessionKey, SessionStore, UsageRecord
 from storage.db import CHECKPOINT_EVERY, Database
 from storage.inline import Executor
+from storage.store import INLINE_USAGE_RECORDS
 
 SK = SessionKey("scope-a", "session-1")
 T = table("t", column("x"))
@@ -95,6 +96,24 @@ async def test_an_old_copy_is_read_again_only_once_another_connection_committed(
         await asyncio.sleep(0.1)
         seen = await store.get_session(SK)
         assert seen is not None and (seen.last_prompt_tokens, seen.request_count) == (5, 2)
+        assert store.stats.session_reads == 2
+    finally:
+        await store.close()
+
+
+async def test_a_large_usage_batch_goes_through_the_pool(sqlite_url: str) -> None:
+    store = await SessionStore.open(sqlite_url, session_cache_s=0.05)
+    try:
+        store.record_usage_later(UsageRecord(SK, "gpt-4o", 100, 1, 2))
+        await store.flush()
+        assert await store.get_session(SK) is not None and store.stats.session_reads == 1
+        for n in range(INLINE_USAGE_RECORDS + 1):  # one batch: flush waits for all
+            store.record_usage_later(UsageRecord(SessionKey("scope-a", f"s{n}"), "m", 1, 1, 1))
+        await store.flush()
+        await asyncio.sleep(0.1)
+        # Committed by a pool connection: the copies are read again, none is trusted.
+        found = await store.get_session(SK)
+        assert found is not None and found.request_count == 1
         assert store.stats.session_reads == 2
     finally:
         await store.close()
