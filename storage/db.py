@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from storage.errors import DatabaseBusy, StorageError, translate_errors
-from storage.inline import Executor, InlineSQLite
+from storage.inline import CONNECTION_PRAGMAS, Executor, InlineSQLite
 
 logger = logging.getLogger("ctxgate.storage")
 
@@ -245,8 +245,8 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
+        for pragma in CONNECTION_PRAGMAS:
+            cursor.execute(f"PRAGMA {pragma}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

@@ -29,6 +29,9 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql.base import Executable
 
 _MAX_PREPARED = 64
+# Set on every connection to the file, the pool's and the inline one. synchronous is per
+# connection: without NORMAL a WAL commit waits for an fsync (on the loop, for this one).
+CONNECTION_PRAGMAS = ("synchronous=NORMAL", "foreign_keys=ON")
 T = TypeVar("T")
 
 
@@ -97,9 +100,9 @@ class InlineConnection:
 
     Outside `InlineSQLite.write` each statement runs in its own implicit transaction
     (autocommit), fetched whole, so no read transaction stays open to hold back the WAL's
-    checkpoints. A SELECT built once and
-    run with parameters (a module-level statement with bind parameters) is compiled once and
-    run on sqlite3 directly: SQLAlchemy's execution costs several times SQLite's answer.
+    checkpoints. A SELECT built once and run with parameters (a module-level statement with
+    bind parameters) is compiled once and run on sqlite3 directly: SQLAlchemy's execution
+    costs several times SQLite's answer.
     """
 
     def __init__(self, conn: Connection) -> None:
@@ -184,9 +187,8 @@ class InlineSQLite:
 
 def _configure(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    # Per connection: without NORMAL a WAL commit waits for an fsync, on the event loop.
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
+    for pragma in CONNECTION_PRAGMAS:
+        cursor.execute(f"PRAGMA {pragma}")
     # A commit past the threshold would checkpoint here, fsync included: the pool does it.
     cursor.execute("PRAGMA wal_autocheckpoint=0")
     cursor.close()

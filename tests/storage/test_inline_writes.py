@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from sqlalchemy import column, select, table
@@ -37,7 +36,7 @@ async def db(sqlite_url: str) -> AsyncIterator[Database]:
     await opened.dispose()
 
 
-def insert(x: int) -> Any:
+def insert(x: int) -> Callable[[Executor], Awaitable[None]]:
     async def work(conn: Executor) -> None:
         await conn.execute(T_INSERT, [{"x": x}])
 
