@@ -3,8 +3,9 @@
 Rows this process writes stay current here: usage is applied the way the database applies it,
 every other write drops the entry so the next read goes to the database. Rows another replica
 writes are seen at most `ttl_s` late. On SQLite a copy past that age is renewed when no other
-connection committed since the last look (the store asks SQLite's data version), and all
-copies are cleared when one did. That is safe because nothing decisive rests on this copy:
+connection committed since the last look (the store asks SQLite's data version): one look
+vouches for every copy at once, so a burst of lookups asks once. All copies are cleared when
+one did. That is safe because nothing decisive rests on this copy:
 compressions re-read checkpoints from the database under the session lease, so a stale row
 costs at most one checkpoint lookup or one redundant compression check.
 """
@@ -12,6 +13,7 @@ costs at most one checkpoint lookup or one redundant compression check.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -39,6 +41,7 @@ class SessionCache:
         self._max = max_entries
         self._clock = clock
         self._rows: OrderedDict[SessionKey, tuple[float, SessionRecord | None]] = OrderedDict()
+        self._vouched_at = -math.inf  # when every copy was last known current
         self.epoch = 0
         """Bumped by every drop: a row read from the database before a drop may predate the
         write that caused it, so `put` refuses rows read in an earlier epoch."""
@@ -46,18 +49,14 @@ class SessionCache:
     def get(self, sk: SessionKey) -> SessionRecord | None | Miss:
         """The cached row (None: known not to exist) or MISS when absent or expired."""
         entry = self._rows.get(sk)
-        if entry is None or self._clock() - entry[0] > self.ttl_s:
+        if entry is None or self._clock() - max(entry[0], self._vouched_at) > self.ttl_s:
             return MISS
         return entry[1]
 
-    def renew(self, sk: SessionKey) -> SessionRecord | None | Miss:
-        """The cached row at any age, fresh again from now: for a caller that knows it is
-        still what the database holds. MISS when absent."""
-        entry = self._rows.get(sk)
-        if entry is None:
-            return MISS
-        self._rows[sk] = (self._clock(), entry[1])
-        return entry[1]
+    def vouch(self) -> None:
+        """Every copy is what the database holds now (its caller checked): each is fresh
+        again for `ttl_s` from now."""
+        self._vouched_at = self._clock()
 
     def put(self, sk: SessionKey, record: SessionRecord | None, read_in_epoch: int) -> None:
         if self.ttl_s <= 0 or read_in_epoch != self.epoch:

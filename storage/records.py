@@ -220,11 +220,12 @@ class SessionDetail:
 
 @dataclass(frozen=True, slots=True)
 class StoreStats:
-    """Write-behind counters, and how many session lookups the database answered (the rest
-    came from this process's copies)."""
+    """Write-behind counters; how many session lookups the database answered (the rest came
+    from this process's copies) and how many asked SQLite whether the copies are current."""
 
     usage_written: int = 0
     usage_failed: int = 0
     usage_dropped: int = 0
     usage_pending: int = 0
     session_reads: int = 0
+    version_checks: int = 0

@@ -53,6 +53,7 @@ class SessionStore:
         self._writer = UsageWriter(self._write_usage)
         self._closed = False
         self._session_reads = 0
+        self._version_checks = 0
 
     @classmethod
     async def open(
@@ -92,7 +93,9 @@ class SessionStore:
     @property
     def stats(self) -> StoreStats:
         w = self._writer
-        return StoreStats(w.written, w.failed, w.dropped, w.pending, self._session_reads)
+        return StoreStats(
+            w.written, w.failed, w.dropped, w.pending, self._session_reads, self._version_checks
+        )
 
     async def ping(self) -> None:
         """Readiness: one round trip to the database."""
@@ -104,10 +107,12 @@ class SessionStore:
             # On SQLite an old copy is still current unless another connection committed:
             # this process's usage writes go through the connection that asks, its other
             # writes drop their session's copy, and anything else moves the data version.
+            self._version_checks += 1
             if self._db.changed_elsewhere():
                 self._cache.clear()
             else:
-                cached = self._cache.renew(sk)
+                self._cache.vouch()
+                cached = self._cache.get(sk)
         if not isinstance(cached, Miss):
             return cached
         epoch = self._cache.epoch

@@ -100,6 +100,35 @@ async def test_an_old_copy_is_read_again_only_once_another_connection_committed(
         await store.close()
 
 
+async def test_one_look_at_the_data_version_vouches_for_every_old_copy(sqlite_url: str) -> None:
+    store = await SessionStore.open(sqlite_url, session_cache_s=0.05)
+    keys = [SessionKey("scope-a", f"session-{i}") for i in range(16)]
+    try:
+        for sk in keys:
+            store.record_usage_later(UsageRecord(sk, "gpt-4o", 1200, 30, 12))
+        await store.flush()
+        for sk in keys:
+            await store.get_session(sk)
+        assert store.stats.session_reads == 16
+        await asyncio.sleep(0.1)  # every copy past its age, nobody else wrote
+        before = store.stats.version_checks
+        found = [await store.get_session(sk) for sk in keys]  # a burst after a pause
+        assert all(f is not None and f.last_prompt_tokens == 1200 for f in found)
+        assert (store.stats.session_reads, store.stats.version_checks - before) == (16, 1)
+        other = sqlite3.connect(path_of(sqlite_url))
+        try:
+            other.execute("UPDATE sessions SET last_prompt_tokens = 5")
+            other.commit()
+        finally:
+            other.close()
+        await asyncio.sleep(0.1)  # the foreign write is seen once the copies are old again
+        seen = [await store.get_session(sk) for sk in keys]
+        assert all(s is not None and s.last_prompt_tokens == 5 for s in seen)
+        assert store.stats.session_reads == 32
+    finally:
+        await store.close()
+
+
 async def test_a_large_usage_batch_goes_through_the_pool(sqlite_url: str) -> None:
     store = await SessionStore.open(sqlite_url, session_cache_s=0.05)
     try:
