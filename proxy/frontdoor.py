@@ -63,7 +63,7 @@ class StreamWatch(Protocol):
     usage: Usage | None
     finished: bool  # the stream reached its normal end
     failed: str | None  # why the stream counts as failed (an error event, …)
-    markers: tuple[bytes, ...]  # bytes whose presence makes a stretch of events worth reading
+    markers: tuple[bytes, ...]  # an event holding none of these is relayed without `inspect`
 
     def preamble(self, data: bytes) -> bool:
         """True for lifecycle events that may be held back while looking for an early error."""

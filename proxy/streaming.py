@@ -8,7 +8,7 @@ upstream becomes one error event in the door's shape, which the client's SDK rai
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -51,17 +51,22 @@ def error_status(data: bytes) -> int | None:
 
 
 def _split(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The complete events at the start of `buffer`, and what follows them."""
     events: list[bytes] = []
+    start = 0
+    # Where each separator occurs next; one absent from the buffer is never searched again.
+    ahead = {sep: buffer.find(sep) for sep in _SEPARATORS}
     while True:
         best, width = -1, 0
-        for sep in _SEPARATORS:
-            at = buffer.find(sep)
+        for sep, at in ahead.items():
+            if -1 < at < start:
+                at = ahead[sep] = buffer.find(sep, start)
             if at != -1 and (best == -1 or at < best):
                 best, width = at, len(sep)
         if best == -1:
-            return events, buffer
-        events.append(buffer[: best + width])
-        buffer = buffer[best + width :]
+            return events, buffer[start:]
+        events.append(buffer[start : best + width])
+        start = best + width
 
 
 def _data(event: bytes) -> bytes:
@@ -72,9 +77,9 @@ def _data(event: bytes) -> bytes:
 class StreamRelay:
     """Iterate `relay.events()` to get the bytes for the client; read the watch afterwards.
 
-    Complete events are relayed as they arrive. Only a stretch of events holding one of the
-    watch's markers is split into events and shown to the watch (which may drop one); the rest
-    passes through untouched, so a delta costs a few byte searches, not a parse.
+    Complete events are relayed as they arrive. Only the events holding one of the watch's
+    markers are shown to the watch (which may drop one); the rest pass through untouched, so
+    a delta costs a few byte searches, not a parse.
     `first_event()` may read ahead before that, so that an error the upstream sends in place
     of the stream is seen while the client can still get a retried stream instead.
     """
@@ -143,17 +148,17 @@ class StreamRelay:
     def _relayable(self, complete: bytes) -> bytes:
         """The bytes of complete events to pass on, after the watch saw those it wants."""
         if self.filter is not None:
-            return self.filtered(e for e, _ in self._inspected(complete))
+            return self.filtered(_kept(complete, self._shown))
         if not any(marker in complete for marker in self.watch.markers):
             return complete
-        return b"".join(e for e, _ in self._inspected(complete))
+        return b"".join(_kept(complete, self._shown_if_marked))
 
-    def _inspected(self, complete: bytes) -> Iterator[tuple[bytes, bytes]]:
-        events, _ = _split(complete)
-        for event in events:
-            data = _data(event)
-            if self.watch.inspect(data):
-                yield event, data
+    def _shown(self, event: bytes) -> bool:
+        return self.watch.inspect(_data(event))
+
+    def _shown_if_marked(self, event: bytes) -> bool:
+        """An event without any of the watch's markers means nothing to it: passed on unread."""
+        return not any(m in event for m in self.watch.markers) or self._shown(event)
 
     def filtered(self, events: Iterable[bytes]) -> bytes:
         """Events as the client gets them through the filter (as they are without one)."""
@@ -191,6 +196,12 @@ class StreamRelay:
             yield self.watch.error_event(
                 "The upstream closed the stream before the response was complete."
             )
+
+
+def _kept(complete: bytes, keep: Callable[[bytes], bool]) -> Iterator[bytes]:
+    """The complete events of `complete` that `keep` keeps, in order."""
+    events, _ = _split(complete)
+    return (event for event in events if keep(event))
 
 
 def _last_boundary(buffer: bytes) -> int:

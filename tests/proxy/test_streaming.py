@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.doors.chat import ChatWatch
 from proxy.streaming import StreamRelay, error_status
@@ -124,3 +126,51 @@ async def test_a_usage_chunk_ctxgate_asked_for_is_kept_from_the_client() -> None
     relay = StreamRelay(response, ChatWatch(hide_usage=True))
     assert await relayed(relay) == b"data: " + CHUNK + b"\n\ndata: [DONE]\n\n"
     assert relay.watch.usage is not None and relay.watch.usage.completion_tokens == 2
+
+
+class RecordingWatch(ChatWatch):
+    """A chat watch that notes the data of every event it is shown."""
+
+    def __init__(self) -> None:
+        super().__init__(hide_usage=False)
+        self.shown: list[bytes] = []
+
+    def inspect(self, data: bytes) -> bool:
+        self.shown.append(data)
+        return super().inspect(data)
+
+
+_EVENT_DATA = st.sampled_from(
+    [
+        CHUNK,
+        b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}',
+        b'{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}',
+        b'{"choices":[{"index":0,"delta":{"content":"an error?"},"finish_reason":null}]}',
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.lists(_EVENT_DATA, min_size=1, max_size=12),
+    separators=st.lists(st.sampled_from([b"\n\n", b"\r\n\r\n", b"\r\r"]), min_size=1),
+    cuts=st.lists(st.integers(min_value=1, max_value=40), min_size=1),
+)
+def test_only_events_holding_a_marker_are_shown_to_the_watch(
+    data: list[bytes], separators: list[bytes], cuts: list[int]
+) -> None:
+    events = [b"data: " + d + separators[i % len(separators)] for i, d in enumerate(data)] + [
+        b"data: [DONE]\n\n"
+    ]
+    whole = b"".join(events)
+    pieces, at = [], 0
+    while at < len(whole):
+        width = cuts[len(pieces) % len(cuts)]
+        pieces.append(whole[at : at + width])
+        at += width
+    watch = RecordingWatch()
+    relay = StreamRelay(httpx.Response(200, stream=Pieces(pieces)), watch)
+    assert asyncio.run(relayed(relay)) == whole
+    marked = [d for d in [*data, b"[DONE]"] if any(m in d for m in watch.markers)]
+    assert watch.shown == marked
+    assert watch.finished and relay.failed is None
