@@ -149,9 +149,12 @@ class StreamRelay:
         """The bytes of complete events to pass on, after the watch saw those it wants."""
         if self.filter is not None:
             return self.filtered(_kept(complete, self._shown))
-        if not any(marker in complete for marker in self.watch.markers):
+        found = [at for at in map(complete.find, self.watch.markers) if at != -1]
+        if not found:
             return complete
-        return b"".join(_kept(complete, self._shown_if_marked))
+        # The events before the one holding the first marker go as they are, unsplit.
+        cut = _last_boundary(complete[: min(found)])
+        return complete[:cut] + b"".join(_kept(complete[cut:], self._shown_if_marked))
 
     def _shown(self, event: bytes) -> bool:
         return self.watch.inspect(_data(event))
