@@ -11,9 +11,10 @@ virtualenvs exist under --peers-dir, LiteLLM and Headroom in front of the same s
 each is configured, and why: bench/overhead_services.py and bench/README.md).
 
 One httpx client (HTTP/1.1 keep-alive) sends the identical body to the direct URL and to each
-proxy in alternation (the starting target rotates every round), so drift in machine load hits
-every target alike. A sample is the time to the last byte: the whole body,
-or for a stream the moment `data: [DONE]` arrives.
+proxy in alternation (the order changes every round so that each target goes first, and
+follows each other target, equally often), so drift in machine load hits every target alike.
+A sample is the time to the last byte: the whole body, or for a stream the moment
+`data: [DONE]` arrives.
 
 Cells: {8K, 64K}-token agent history (tau-bench airline conversations chained, with their 14
 tools) x {non-streaming, streaming} x {1 sequential client, 16 concurrent clients}. With 16

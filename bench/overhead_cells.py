@@ -66,6 +66,21 @@ async def _round(
     return out
 
 
+def round_orders(targets: Sequence[str]) -> list[list[str]]:
+    """Orders for successive rounds in which every target goes first equally often and
+    follows every other target equally often (a Williams design): whatever one burst leaves
+    behind (a peer's late work, caches it evicted) lands on every other target alike.
+    Rotating one fixed order would put each target behind the same neighbour every time."""
+    n = len(targets)
+    first = [0]
+    for i in range(1, n):
+        first.append((i + 1) // 2 if i % 2 else n - i // 2)
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    if n % 2:  # odd: the mirrored rows balance the pairs
+        rows += [row[::-1] for row in rows]
+    return [[targets[i] for i in row] for row in rows]
+
+
 async def run_cell(
     client: httpx.AsyncClient,
     cell: Cell,
@@ -85,9 +100,9 @@ async def run_cell(
     cpu0 = {n: svc.cpu_seconds() for n, svc in services.items()}
     machine0, own0 = machine_cpu_s(), own_cpu_s(listed)
     load0, wall0 = os.getloadavg()[0], time.perf_counter()
+    orders = round_orders(targets)
     for r in range(cell.rounds):
-        shift = r % len(targets)  # rotate who goes first: no target always follows another
-        order = targets[shift:] + targets[:shift]
+        order = orders[r % len(orders)]
         for target, got in (await _round(client, cell, urls, order, body, session)).items():
             samples[target].extend(v if isinstance(v, float) else math.nan for v in got)
             errors[target].extend(v for v in got if isinstance(v, str))

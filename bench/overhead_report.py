@@ -130,9 +130,11 @@ METHOD = """## Method
   `floor-aiohttp` is the same relay on ctxgate's own transport (aiohttp under httpx's transport
   API, `proxy/transport.py`); ratios are against `floor`.
 - Load: one httpx AsyncClient (HTTP/1.1 keep-alive), the identical body every time (a
-  tau-bench airline history, 14 tools), to the direct URL and each proxy in alternation; the
-  first target rotates each round. 16 clients: each round sends 16 simultaneous requests to one
-  target, then to the next. Sample = time to last byte (whole body, or `data: [DONE]`).
+  tau-bench airline history, 14 tools), to the direct URL and each proxy in alternation, in
+  an order that changes every round so that each target goes first, and follows each other
+  target, equally often (a Williams design). 16 clients: each round sends 16 simultaneous
+  requests to one target, then to the next. Sample = time to last byte (whole body, or
+  `data: [DONE]`).
 - LiteLLM, as its production checklist runs it: `litellm --config` with `openai/gpt-4o` at the
   simulator, 1 worker, `LITELLM_LOG=ERROR`, `LITELLM_MODE=PRODUCTION`, `set_verbose: false`,
   spend and error logs off, telemetry off, local price map, no database, no master key

@@ -7,13 +7,16 @@ received and what the client got must be what a direct call gives.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import openai
 import pytest
 
 from bench.overhead import parse_args
+from bench.overhead_cells import round_orders
 from bench.overhead_floor import Relay
 from bench.overhead_report import _relate_to_floor, floor_markdown
 from tests.servers import ThreadedServer
@@ -112,3 +115,14 @@ def test_only_selects_proxies() -> None:
     assert parse_args([]).proxies == ["floor", "floor-aiohttp", "ctxgate", "litellm", "headroom"]
     with pytest.raises(SystemExit):
         parse_args(["--only", "ctxgate,nginx"])
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 6])
+def test_every_target_follows_every_other_equally_often(count: int) -> None:
+    targets = ["direct", "floor", "floor-aiohttp", "ctxgate", "litellm", "headroom"][:count]
+    orders = round_orders(targets)
+    assert all(sorted(order) == sorted(targets) for order in orders)
+    firsts = Counter(order[0] for order in orders)
+    pairs = Counter((a, b) for order in orders for a, b in pairwise(order))
+    assert set(firsts) == set(targets) and len(set(firsts.values())) == 1
+    assert len(pairs) == count * (count - 1) and len(set(pairs.values())) == 1
