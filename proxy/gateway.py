@@ -42,6 +42,7 @@ from storage import wait_budget
 log = logging.getLogger("ctxgate.gateway")
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+_RULES_KEPT = 4096  # distinct (model, API) pairs whose rule is remembered
 
 
 class Gateway:
@@ -60,6 +61,7 @@ class Gateway:
         self.recaller = recaller
         self.rounds = Rounds(recaller, metrics, self._open_stream)
         self._earlier: dict[str, GrownBodies] = {}  # per door that can use them
+        self._rules: dict[tuple[str, str], ModelRule] = {}  # (model, api) -> its served rule
 
     async def serve(self, door: FrontDoor, headers: Mapping[str, str], raw: bytes) -> Response:
         """Serve one request of `door`'s API; raises ProxyError for the error handler."""
@@ -91,7 +93,7 @@ class Gateway:
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
         request = door.parse(raw, self._earlier_bodies(door))
-        rule = served_rule(self.settings, request.model, door.api)
+        rule = self._rule(request.model, door.api)
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)
         turn = await self.conversations.prepare(door, ident, request, rule, forward)
@@ -107,6 +109,16 @@ class Gateway:
         if request.stream:
             return await self._stream(turn)
         return await self._complete(turn)
+
+    def _rule(self, model: str, api: str) -> ModelRule:
+        """`served_rule`, remembered for the models seen: matching globs on every request
+        costs more than the lookup (a cold `fnmatch` and `re` on each)."""
+        rule = self._rules.get((model, api))
+        if rule is None:
+            rule = served_rule(self.settings, model, api)
+            if len(self._rules) < _RULES_KEPT:
+                self._rules[model, api] = rule
+        return rule
 
     def _upstream_headers(self, turn: Turn) -> dict[str, str]:
         return upstream_request_headers(turn.client_headers.items(), turn.upstream.settings)
