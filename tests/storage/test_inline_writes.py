@@ -27,6 +27,16 @@ def path_of(url: str) -> str:
     return url.split("///", 1)[1]
 
 
+def commit_elsewhere(url: str, sql: str, params: tuple[object, ...] = ()) -> None:
+    """Commit `sql` through a connection of its own, as another process would."""
+    other = sqlite3.connect(path_of(url))
+    try:
+        other.execute(sql, params)
+        other.commit()
+    finally:
+        other.close()
+
+
 @pytest.fixture
 async def db(sqlite_url: str) -> AsyncIterator[Database]:
     opened = Database.connect(sqlite_url)
@@ -62,12 +72,7 @@ async def test_only_other_connections_commits_count_as_changes(
     await db.write(insert(100))  # one of this process's pool connections
     assert db.changed_elsewhere()
     assert not db.changed_elsewhere()
-    other = sqlite3.connect(path_of(sqlite_url))
-    try:
-        other.execute("INSERT INTO t VALUES (200)")
-        other.commit()
-    finally:
-        other.close()
+    commit_elsewhere(sqlite_url, "INSERT INTO t VALUES (200)")
     assert db.changed_elsewhere()
 
 
@@ -86,12 +91,9 @@ async def test_an_old_copy_is_read_again_only_once_another_connection_committed(
         mine = await store.get_session(SK)  # only this process wrote: the copy is current
         assert mine is not None and (mine.last_prompt_tokens, mine.request_count) == (1300, 2)
         assert store.stats.session_reads == 1
-        other = sqlite3.connect(path_of(sqlite_url))
-        try:
-            other.execute("UPDATE sessions SET last_prompt_tokens = 5 WHERE key = ?", (SK.key,))
-            other.commit()
-        finally:
-            other.close()
+        commit_elsewhere(
+            sqlite_url, "UPDATE sessions SET last_prompt_tokens = 5 WHERE key = ?", (SK.key,)
+        )
         await asyncio.sleep(0.1)
         seen = await store.get_session(SK)
         assert seen is not None and (seen.last_prompt_tokens, seen.request_count) == (5, 2)
@@ -115,12 +117,7 @@ async def test_one_look_at_the_data_version_vouches_for_every_old_copy(sqlite_ur
         found = [await store.get_session(sk) for sk in keys]  # a burst after a pause
         assert all(f is not None and f.last_prompt_tokens == 1200 for f in found)
         assert (store.stats.session_reads, store.stats.version_checks - before) == (16, 1)
-        other = sqlite3.connect(path_of(sqlite_url))
-        try:
-            other.execute("UPDATE sessions SET last_prompt_tokens = 5")
-            other.commit()
-        finally:
-            other.close()
+        commit_elsewhere(sqlite_url, "UPDATE sessions SET last_prompt_tokens = 5")
         await asyncio.sleep(0.1)  # the foreign write is seen once the copies are old again
         seen = [await store.get_session(sk) for sk in keys]
         assert all(s is not None and s.last_prompt_tokens == 5 for s in seen)
