@@ -54,8 +54,9 @@ class Identity:
 def scope_for(credential: str | None) -> str:
     """A stable, non-reversible scope for a credential ("anon" when there is none).
 
-    Remembered for the credentials seen last: a hash through OpenSSL costs well under a
-    microsecond in a loop but tens of microseconds once per request, its code gone cold.
+    Remembered for the 1,024 credentials seen last (held in memory, as every request's
+    headers hold them anyway): a hash through OpenSSL costs well under a microsecond in a
+    loop but tens of microseconds once per request, its code gone cold.
     """
     if not credential:
         return "anon"
