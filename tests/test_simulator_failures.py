@@ -25,24 +25,22 @@ def test_hang_times_out_client_without_blocking_others(sim: Simulator) -> None:
     errors: list[BaseException] = []
 
     def hung_call() -> None:
-        with openai.OpenAI(base_url=sim.base_url, api_key="k", max_retries=0, timeout=0.5) as c:
+        with openai.OpenAI(base_url=sim.base_url, api_key="k", max_retries=0, timeout=2.0) as c:
             try:
                 c.chat.completions.create(model="m", messages=[user("hang")])
             except BaseException as exc:
                 errors.append(exc)
 
-    t0 = time.monotonic()
     thread = threading.Thread(target=hung_call)
     thread.start()
     sim.wait_for(1)
     with openai.OpenAI(base_url=sim.base_url, api_key="k", max_retries=0) as c:
         quick = c.chat.completions.create(model="m", messages=[user("quick")])
-    quick_elapsed = time.monotonic() - t0
+    # Answered while the other request still hangs, whatever the machine's speed.
+    assert thread.is_alive()
     thread.join(5)
     assert quick.choices[0].message.content == "ok: quick"
-    assert quick_elapsed < 0.5
     assert len(errors) == 1 and isinstance(errors[0], openai.APITimeoutError)
-    assert time.monotonic() - t0 < 2
     # the simulator notices the client went away and stops hanging
     sim.wait_for(1, predicate=lambda r: r.outcome == "client_gone", timeout=2)
 
@@ -66,7 +64,7 @@ def test_hang_mid_stream(sim: Simulator, http: httpx.Client) -> None:
             if line.startswith("data: "):
                 stamps.append(time.monotonic())
     assert stamps[2] - stamps[1] >= 0.2
-    assert stamps[-1] - stamps[2] < 0.2
+    assert stamps[-1] - stamps[2] < stamps[2] - stamps[1]  # one pause, not one per chunk
 
 
 def test_disconnect_stream_sync_sdk_sees_error(sim: Simulator, client: openai.OpenAI) -> None:
