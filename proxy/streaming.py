@@ -153,7 +153,7 @@ class StreamRelay:
         if not found:
             return complete
         # The events before the one holding the first marker go as they are, unsplit.
-        cut = _last_boundary(complete[: min(found)])
+        cut = _last_boundary(complete, end=min(found))
         return complete[:cut] + b"".join(_kept(complete[cut:], self._shown_if_marked))
 
     def _shown(self, event: bytes) -> bool:
@@ -207,11 +207,11 @@ def _kept(complete: bytes, keep: Callable[[bytes], bool]) -> Iterator[bytes]:
     return (event for event in events if keep(event))
 
 
-def _last_boundary(buffer: bytes) -> int:
-    """The end of the last complete event in `buffer` (0 when none is complete)."""
+def _last_boundary(buffer: bytes, end: int | None = None) -> int:
+    """The end of the last complete event in `buffer[:end]` (0 when none is complete)."""
     best = 0
     for sep in _SEPARATORS:
-        at = buffer.rfind(sep)
+        at = buffer.rfind(sep, 0, end)
         if at != -1 and at + len(sep) > best:
             best = at + len(sep)
     return best
