@@ -37,7 +37,7 @@ def test_required_api_key() -> None:
 
 def test_stop_is_prompt_even_with_a_hung_request() -> None:
     sim = Simulator().start()
-    sim.enqueue(Hang(seconds=30))
+    sim.enqueue(Hang(seconds=60))
     errors: list[BaseException] = []
 
     def call() -> None:
@@ -52,7 +52,7 @@ def test_stop_is_prompt_even_with_a_hung_request() -> None:
     sim.wait_for(1)
     t0 = time.monotonic()
     sim.stop()
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 15  # not the hang's 60 s
     thread.join(5)
     assert len(errors) == 1 and isinstance(errors[0], openai.APIConnectionError)
     sim.stop()  # idempotent
@@ -72,7 +72,7 @@ def test_twenty_simulators_leak_no_threads_or_ports() -> None:
                     json={"model": "m", "messages": [user("hi")]},
                 )
                 assert r.status_code == 200
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 15  # no stop waits out a grace period
         assert threading.active_count() == before
         for port in ports:
             with pytest.raises(httpx.ConnectError):
@@ -134,17 +134,24 @@ def test_without_a_log_it_answers_and_keeps_nothing() -> None:
     assert len(seen) == 2 and all(tokens for tokens in seen)
 
 
-@pytest.mark.parametrize("keep_alive_s", [1, 5])
-def test_an_idle_connection_is_closed_after_keep_alive_s(keep_alive_s: int) -> None:
-    with Simulator(keep_alive_s=keep_alive_s) as sim:
-        host, port = sim.base_url.removeprefix("http://").removesuffix("/v1").split(":")
-        with socket.create_connection((host, int(port)), timeout=5) as conn:
-            conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
-            time.sleep(1.6)
-            conn.settimeout(0.2)
-            try:
-                closed = conn.recv(1) == b""
-            except TimeoutError:
-                closed = False
-        assert closed is (keep_alive_s == 1)
+def _idle_connection(sim: Simulator) -> socket.socket:
+    """A connection that has had one answer and now sits idle."""
+    host, port = sim.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    conn = socket.create_connection((host, int(port)), timeout=5)
+    conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+    return conn
+
+
+def test_an_idle_connection_is_closed_after_keep_alive_s() -> None:
+    # Shown by order rather than by a wall-clock bound, which a loaded machine overruns: the
+    # short keep-alive's connection closes, not before its time, while the long one's is open.
+    with Simulator(keep_alive_s=1) as short, Simulator(keep_alive_s=30) as long:
+        with _idle_connection(long) as kept, _idle_connection(short) as dropped:
+            t0 = time.monotonic()
+            dropped.settimeout(20)
+            assert dropped.recv(1) == b""
+            assert time.monotonic() - t0 >= 0.9
+            kept.settimeout(0.2)
+            with pytest.raises(TimeoutError):
+                kept.recv(1)

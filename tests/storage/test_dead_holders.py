@@ -51,9 +51,9 @@ async def timed_hold(locks: SessionLocks, wait_s: float) -> tuple[bool, float]:
 
 async def test_lease_of_a_dead_process_here_is_taken_at_once(store: SessionStore) -> None:
     assert await store.acquire_lease(SK, dead_owner(), ttl_s=30)
-    got, waited = await timed_hold(SessionLocks(store, ttl_s=30), wait_s=5)
+    got, waited = await timed_hold(SessionLocks(store, ttl_s=30), wait_s=20)
     assert got
-    assert waited < 1.0  # not the 5 s wait, nor the 30 s expiry
+    assert waited < 10  # not the 20 s wait, nor the 30 s expiry
 
 
 async def test_lease_of_a_live_process_is_waited_for_until_it_ends(
@@ -62,11 +62,12 @@ async def test_lease_of_a_live_process_is_waited_for_until_it_ends(
     owner, process = live_owner
     assert await store.acquire_lease(SK, owner, ttl_s=30)
     locks = SessionLocks(store, ttl_s=30)
-    assert await timed_hold(locks, wait_s=0.3) == (False, pytest.approx(0.3, abs=0.25))
+    got, waited = await timed_hold(locks, wait_s=0.3)
+    assert not got and waited >= 0.25
     process.kill()
     process.wait()
-    got, waited = await timed_hold(locks, wait_s=5)
-    assert got and waited < 1.0
+    got, waited = await timed_hold(locks, wait_s=20)
+    assert got and waited < 10  # not the 20 s wait
 
 
 async def test_holders_that_cannot_be_judged_are_waited_for(store: SessionStore) -> None:
@@ -85,7 +86,8 @@ async def test_two_lock_sets_of_one_process_exclude_each_other(store: SessionSto
     first, second = SessionLocks(store), SessionLocks(store)
     async with first.hold(SK) as got:
         assert got
-        assert await timed_hold(second, wait_s=0.2) == (False, pytest.approx(0.2, abs=0.2))
+        got, waited = await timed_hold(second, wait_s=0.2)
+        assert not got and waited >= 0.15
 
 
 def test_a_predecessor_with_our_pid_is_dead() -> None:
@@ -123,10 +125,10 @@ async def test_a_request_never_waits_longer_than_its_budget(store: SessionStore)
     locks = SessionLocks(store, ttl_s=30)
     started = time.monotonic()
     with wait_budget(0.5):
-        for _ in range(3):  # arrival, then two overflow retries, each allowed 0.4 s alone
-            got, _ = await timed_hold(locks, wait_s=0.4)
+        for _ in range(3):  # arrival, then two overflow retries, each allowed 1 s alone
+            got, _ = await timed_hold(locks, wait_s=1.0)
             assert not got
-    assert time.monotonic() - started < 0.8  # not 1.2 s
+    assert time.monotonic() - started < 2.0  # not 3 s
 
 
 async def test_a_task_started_inside_a_budget_keeps_its_own_wait(store: SessionStore) -> None:
