@@ -110,20 +110,20 @@ async def test_a_record_waiting_behind_a_slow_write_lingers_only_what_is_left() 
     committed: dict[int, float] = {}
 
     async def slow_write(batch: list[UsageRecord]) -> None:
-        await asyncio.sleep(0.4)  # a busy database
+        await asyncio.sleep(1.0)  # a busy database
         for u in batch:
             committed[u.prompt_tokens] = loop.time()
 
-    writer = UsageWriter(slow_write, linger_s=0.3)
+    writer = UsageWriter(slow_write, linger_s=1.0)
     writer.start()
     writer.submit(record(1))
-    await asyncio.sleep(0.35)  # the first batch is being written now
+    await asyncio.sleep(1.05)  # the first batch is being written now
     handed = loop.time()
     writer.submit(record(2))
-    await writer_idle(writer, 2.0)
-    # Old behaviour: the write ends 0.35 s after the hand-over, then a fresh 0.3 s linger and
-    # another 0.4 s write: ~1.05 s. Now the linger has run out behind the write: ~0.75 s.
-    assert committed[2] - handed < 0.3 + 0.4 + 0.15, committed[2] - handed
+    await writer_idle(writer, 6.0)
+    # A fresh linger after the write would commit ~2.95 s after the hand-over (the write's
+    # 0.95 s left, 1 s linger, 1 s write); the linger runs out behind the write: ~1.95 s.
+    assert committed[2] - handed < 2.45, committed[2] - handed
     await writer.close()
 
 
