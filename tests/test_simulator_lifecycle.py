@@ -3,6 +3,7 @@ or ports, and the standalone module."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -139,8 +140,26 @@ def _idle_connection(sim: Simulator) -> socket.socket:
     host, port = sim.base_url.removeprefix("http://").removesuffix("/v1").split(":")
     conn = socket.create_connection((host, int(port)), timeout=5)
     conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+    # The head and the body can arrive in separate reads; the answer is read to its last byte
+    # so that whatever the connection yields next comes from the keep-alive, not the body.
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += _read_more(conn)
+    head, body = received.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200")
+    declared = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+    assert declared is not None
+    length = int(declared.group(1))
+    while len(body) < length:
+        body += _read_more(conn)
+    assert len(body) == length
     return conn
+
+
+def _read_more(conn: socket.socket) -> bytes:
+    chunk = conn.recv(4096)
+    assert chunk, "the simulator closed the connection before its answer was complete"
+    return chunk
 
 
 def test_an_idle_connection_is_closed_after_keep_alive_s() -> None:
