@@ -6,7 +6,7 @@ upstream, and relays the answer: a whole body at once, or an event stream chunk 
 chunks arrive. No parsing, no framework, no logging. What ctxgate adds above this is the cost
 of what ctxgate does; what this adds over a direct call is the cost of being a Python proxy.
 
-`--client aiohttp` puts ctxgate's own transport (proxy/transport.py: aiohttp under httpx's
+`--client aiohttp` puts ctxgate's own transport (proxy/provider/transport.py: aiohttp under httpx's
 transport API) in place of httpx's default one: the floor of ctxgate's stack as it ships.
 
     python -m bench.overhead_floor --port 8899 --upstream http://127.0.0.1:8898/v1
@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from proxy.transport import new_http_transport
+from proxy.provider.transport import new_http_transport
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

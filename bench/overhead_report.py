@@ -128,7 +128,7 @@ METHOD = """## Method
   ctxgate runs on): reads the body, forwards it through one shared httpx transport, relays the
   answer (a stream chunk by chunk). What a Python proxy costs before it does anything.
   `floor-aiohttp` is the same relay on ctxgate's own transport (aiohttp under httpx's transport
-  API, `proxy/transport.py`); ratios are against `floor`.
+  API, `proxy/provider/transport.py`); ratios are against `floor`.
 - Load: one httpx AsyncClient (HTTP/1.1 keep-alive), the identical body every time (a
   tau-bench airline history, 14 tools), to the direct URL and each proxy in alternation, in
   an order that changes every round so that each target goes first, and follows each other
@@ -265,7 +265,7 @@ IDLE_LEAVES = ("EpollSelector.select", "_connection_worker_thread (aiosqlite/cor
 # Database work runs in tasks of its own (storage/db.py), so it is matched by file, not caller.
 PROFILE_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ASGI request path (uvicorn h11 + FastAPI + handler)", ("RequestResponseCycle.run_asgi (",)),
-    ("  chat_completions handler", ("chat_completions (proxy/routes.py",)),
+    ("  chat_completions handler", ("chat_completions (proxy/edge/routes.py",)),
     ("  parse_chat_request", ("parse_chat_request (",)),
     ("  upstream call, non-stream (Upstream.call)", ("Upstream.call (",)),
     ("  upstream open, stream (Upstream.open_stream)", ("Upstream.open_stream (",)),

@@ -185,7 +185,7 @@ def ctxgate_service(run_dir: Path, upstream: str, context_length: int) -> Servic
     path = run_dir / "ctxgate.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
     # The interpreter running the benchmark: a worktree without its own .venv works too.
-    argv = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(path)]
+    argv = [sys.executable, "-m", "proxy.edge.cli", "serve", "--config", str(path)]
     base = f"http://127.0.0.1:{port}"
     return Service(
         "ctxgate",

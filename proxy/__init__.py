@@ -1,6 +1,18 @@
-"""ctxgate's HTTP edge: the only package that imports the web framework."""
+"""ctxgate's proxy: the only package that imports the web framework and the HTTP client.
 
-from proxy.app import create_app
+A request walks its subpackages in one direction, and each imports only those after it:
+
+- `proxy.edge`: the ASGI app, its routes, the admin API, the dashboard, the `ctxgate` command;
+- `proxy.core`: the session core: the gateway, the policy, compaction, recall;
+- `proxy.doors`: the front doors: each wire API parsed, rendered and its stream relayed;
+- `proxy.provider`: the provider side: upstreams, the connection pool, headers, overflows.
+
+`proxy.settings` (with `proxy.config_reader`) and `proxy.errors` are shared by every stage and
+import none of them. `tests/test_architecture.py` holds the subpackages to the `May import`
+line of their docstrings, and fails on any import circle.
+"""
+
+from proxy.edge.app import create_app
 from proxy.settings import Settings, load_settings
 
 __all__ = ["Settings", "create_app", "load_settings"]

@@ -11,7 +11,7 @@ from typing import Any, Self
 
 import uvicorn
 
-from proxy.app import create_app
+from proxy.edge.app import create_app
 from proxy.settings import Settings, parse_settings
 
 Scope = MutableMapping[str, Any]

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from proxy.app import create_app
+from proxy.edge.app import create_app
 from tests.agents.aider import Aider, required_aider
 from tests.compression.aider import source_file
 from tests.servers import Recorder, ThreadedServer, settings_for

@@ -1,8 +1,16 @@
-"""Import direction: proxy -> compression, storage; compression and storage import neither."""
+"""Import direction: proxy -> compression, storage; compression and storage import neither.
+
+Inside `proxy/`, the subpackages follow the request's walk one way (edge -> core -> doors ->
+provider), each holding to the `May import:` line of its `__init__` docstring, and no module
+imports another that imports it back, however many modules lie between them.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterator, Mapping
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -43,43 +51,260 @@ def test_the_check_catches_a_forbidden_import(tmp_path: Path) -> None:
     assert imported_roots(sample) & FORBIDDEN["compression"] == {"httpx", "storage"}
 
 
-# Inside proxy/, a request is followed one way: the edge (app, routes, gateway) calls the
-# policy side (conversations, compaction) and the front doors; neither calls back up.
-EDGE = {"proxy.app", "proxy.routes", "proxy.gateway", "proxy.admin", "proxy.cli"}
-PROXY_LAYERS = {
-    "proxy.policy": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.doors"},
-    "proxy.frontdoor": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.doors"},
-    "proxy.doors": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.policy"},
-    "proxy.conversations": EDGE,
-    "proxy.compaction": EDGE | {"proxy.conversations", "proxy.policy", "proxy.doors"},
-    "proxy.turn": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.policy"},
-    "proxy.rounds": EDGE | {"proxy.conversations", "proxy.compaction", "proxy.doors"},
-    "proxy.recall": EDGE | {"proxy.rounds", "proxy.conversations", "proxy.compaction"},
+# --- the module graph of a package ------------------------------------------------------------
+
+
+def module_names(root: Path, package: str) -> dict[str, Path]:
+    """Every module of `package` (under `root`) by dotted name; a package by its own name."""
+    names = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join(parts)] = path
+    return names
+
+
+def _imports(path: Path, name: str) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(module, names) for every import in the file, wherever it stands: at the top, under
+    TYPE_CHECKING or inside a function, since each of those can close a circle."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, ()
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                module = ".".join([*base, module] if module else base)
+            yield module, tuple(alias.name for alias in node.names)
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Which modules of `package` each of its modules imports. `from pkg import x` counts as an
+    import of `pkg.x` when that is a module, else of `pkg`; a parent package run implicitly by
+    Python is not counted (`test_subpackage_inits_import_nothing` keeps that harmless)."""
+    modules = module_names(root, package)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for module, names in _imports(path, name):
+            submodules = {f"{module}.{n}" for n in names} & modules.keys()
+            if submodules:
+                targets |= submodules
+            if module in modules and (not names or len(submodules) < len(names)):
+                targets.add(module)
+        graph[name] = targets - {name}
+    return graph
+
+
+def find_cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Each group of modules that import one another in a circle (Tarjan's strongly connected
+    components of more than one module), as one circle through the group, for the message."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(_circle(graph, set(group)))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def _circle(graph: Mapping[str, set[str]], group: set[str]) -> list[str]:
+    """A shortest circle from the group's first module back to itself, within the group."""
+    start = min(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph[node] & group):
+                if target == start:
+                    return [*paths[node], start]
+                if target not in paths:
+                    paths[target] = [*paths[node], target]
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"{sorted(group)} holds no circle")
+
+
+@cache
+def proxy_graph() -> dict[str, set[str]]:
+    return import_graph(ROOT, "proxy")
+
+
+def test_no_import_circle_inside_proxy() -> None:
+    circles = [" -> ".join(circle) for circle in find_cycles(proxy_graph())]
+    assert circles == []
+
+
+def test_the_check_catches_a_circle(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "inner").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "inner" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.inner import b\n")
+    (package / "inner" / "b.py").write_text("def f():\n    from pkg import c\n")
+    (package / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"
+    )
+    (package / "d.py").write_text("import pkg.a\n")  # outside the circle
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg.d"] == {"pkg.a"}
+    assert find_cycles(graph) == [["pkg.a", "pkg.inner.b", "pkg.c", "pkg.a"]]
+
+
+# --- the subpackages' directions --------------------------------------------------------------
+
+STAGES = ("proxy.edge", "proxy.core", "proxy.doors", "proxy.provider")  # in the walk's order
+SHARED = {"proxy.settings", "proxy.config_reader", "proxy.errors"}
+
+
+def declared_imports(package: str) -> set[str]:
+    """What a subpackage's `__init__` docstring says it may import, outside itself."""
+    init = ROOT / package.replace(".", "/") / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+    found = re.search(r"^May import:(.*?)(?:\n\n|\Z)", doc, re.M | re.S)
+    assert found, f"{init.relative_to(ROOT)}: its docstring has no 'May import:' line"
+    return set(re.findall(r"\bproxy(?:\.\w+)+", found.group(1).split("(")[0]))
+
+
+def subpackages() -> list[str]:
+    return sorted(
+        name
+        for name, path in module_names(ROOT, "proxy").items()
+        if path.name == "__init__.py" and name != "proxy"
+    )
+
+
+def outside_imports(package: str, allowed: set[str]) -> dict[str, list[str]]:
+    """The imports of `package`'s modules that leave it for a module `allowed` does not cover."""
+    graph = proxy_graph()
+    inside = [name for name in graph if name == package or name.startswith(package + ".")]
+    offenders = {}
+    for name in inside:
+        wrong = sorted(
+            target
+            for target in graph[name]
+            if not target.startswith(package + ".")
+            and not any(target == a or target.startswith(a + ".") for a in allowed)
+        )
+        if wrong:
+            offenders[name] = wrong
+    return offenders
+
+
+@pytest.mark.parametrize("package", subpackages())
+def test_subpackage_imports_only_what_its_docstring_allows(package: str) -> None:
+    assert outside_imports(package, declared_imports(package)) == {}
+
+
+def test_the_stages_run_one_way() -> None:
+    """Each stage may import only stages after it in the walk (and the shared modules)."""
+    for i, stage in enumerate(STAGES):
+        allowed = declared_imports(stage)
+        assert allowed - SHARED <= set(STAGES[i + 1 :]), stage
+    assert set(STAGES) == {p for p in subpackages() if p.count(".") == 1}
+
+
+def test_the_shared_modules_import_no_stage() -> None:
+    graph = proxy_graph()
+    assert {name: sorted(graph[name] - SHARED) for name in SHARED if graph[name] - SHARED} == {}
+
+
+def test_subpackage_inits_import_nothing() -> None:
+    """Python runs a package's `__init__` before any of its modules: one that imported would add
+    edges the graph above does not see. Only `proxy/__init__.py` re-exports the public names."""
+    heavy = {}
+    for package in subpackages():
+        init = ROOT / package.replace(".", "/") / "__init__.py"
+        body = ast.parse(init.read_text(encoding="utf-8")).body
+        if any(not isinstance(node, ast.Expr) for node in body) or len(body) != 1:
+            heavy[package] = [type(node).__name__ for node in body]
+    assert heavy == {}
+
+
+def test_the_check_catches_a_wrong_direction() -> None:
+    assert outside_imports("proxy.provider", set()) != {}  # it imports proxy.settings
+    assert outside_imports("proxy.doors.chat", declared_imports("proxy.doors.chat")) == {}
+    core = outside_imports("proxy.core", {"proxy.provider", *SHARED})
+    assert "proxy.core.gateway" in core and "proxy.doors.frontdoor" in core["proxy.core.gateway"]
+
+
+# Inside the core a request is followed one way too: the gateway calls conversations, which call
+# policy and compaction; none of these calls back up.
+CORE_ORDER = {
+    "proxy.core.policy": {"proxy.core", "proxy.doors"},
+    "proxy.core.conversations": {"proxy.core.gateway", "proxy.core.rounds", "proxy.core.recall"},
+    "proxy.core.compaction": {
+        "proxy.core.conversations",
+        "proxy.core.policy",
+        "proxy.core.gateway",
+        "proxy.doors.registry",
+    },
+    "proxy.core.turn": {"proxy.core.conversations", "proxy.core.compaction", "proxy.core.policy"},
+    "proxy.core.rounds": {
+        "proxy.core.conversations",
+        "proxy.core.compaction",
+        "proxy.core.gateway",
+        "proxy.doors.registry",
+    },
+    "proxy.core.recall": {"proxy.core.rounds", "proxy.core.conversations", "proxy.core.compaction"},
+    "proxy.doors.frontdoor": {
+        "proxy.doors.registry",
+        "proxy.doors.chat",
+        "proxy.doors.responses",
+        "proxy.doors.messages",
+    },
 }
 
 
-def imported_modules(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
-
-
-@pytest.mark.parametrize("module", sorted(PROXY_LAYERS))
+@pytest.mark.parametrize("module", sorted(CORE_ORDER))
 def test_the_request_path_runs_one_way(module: str) -> None:
-    base = ROOT / module.replace(".", "/")
-    files = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
-    assert files and files[0].exists()
-    forbidden = PROXY_LAYERS[module]
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(
-            name
-            for name in imported_modules(path)
-            if any(name == f or name.startswith(f + ".") for f in forbidden)
-        )
-        for path in files
-    }
-    assert {k: v for k, v in offenders.items() if v} == {}
+    forbidden = CORE_ORDER[module]
+    targets = proxy_graph()[module]
+    assert (
+        sorted(t for t in targets if any(t == f or t.startswith(f + ".") for f in forbidden)) == []
+    )
+
+
+# --- folder sizes -----------------------------------------------------------------------------
+
+MAX_MODULES = 15  # besides the `__init__`
+MAX_LINES = 4000
+
+
+def test_no_folder_under_proxy_is_a_crowd() -> None:
+    crowded = {}
+    for folder in sorted({p.parent for p in (ROOT / "proxy").rglob("*.py")}):
+        modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in modules)
+        if len(modules) > MAX_MODULES or lines > MAX_LINES:
+            crowded[str(folder.relative_to(ROOT))] = (len(modules), lines)
+    assert crowded == {}

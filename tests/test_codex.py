@@ -21,8 +21,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.app import create_app
-from proxy.identity import scope_for
+from proxy.core.identity import scope_for
+from proxy.edge.app import create_app
 from storage import SessionKey
 from tests.agents.codex import Codex, required_codex
 from tests.servers import Recorder, ThreadedServer, settings_for

@@ -22,7 +22,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.identity import scope_for
+from proxy.core.identity import scope_for
 from tests.proxy.agent_loop import AgentLoop
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator
@@ -144,7 +144,7 @@ def dashboard_url(proxy: ProxyServer, **fragment: str) -> str:
 
 def test_dashboard_files_are_packaged_and_served(proxy: ProxyServer) -> None:
     for name in ("dashboard.html", "dashboard.js", "dashboard.css"):
-        assert files("proxy").joinpath("static", name).is_file()
+        assert files("proxy.edge").joinpath("static", name).is_file()
     page = httpx.get(f"{root(proxy)}/dashboard")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")

@@ -28,7 +28,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.identity import scope_for
+from proxy.core.identity import scope_for
 from tests.servers import free_port
 from tests.simulator import ModelSpec, Simulator
 

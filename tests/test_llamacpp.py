@@ -38,8 +38,8 @@ import pytest
 from compression import check_invariants
 from compression.prompts import SUMMARIZER_SYSTEM
 from compression.tokens import counter_for_model
-from proxy.identity import scope_for
-from proxy.overflow import classify_overflow
+from proxy.core.identity import scope_for
+from proxy.provider.overflow import classify_overflow
 from storage import SessionKey
 from tests.llamacpp_server import LlamaCppServer, RecordingRelay, missing_reason
 from tests.servers import ProxyServer, settings_for

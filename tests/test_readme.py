@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from proxy.metrics import Metrics
+from proxy.core.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -97,3 +97,25 @@ def test_marked_blocks_are_present(readme: str) -> None:
         line for line in block.group(1).splitlines() if not line.startswith(("<!--", "```"))
     ]
     assert len(commands) == 1 and "pytest" in commands[0]
+
+
+def test_the_walk_and_the_tree_agree(readme: str) -> None:
+    """Development names each folder of proxy/ once, in the walk's order, and every file the
+    walk names (relative to proxy/ from its first step on) exists."""
+    development = readme[readme.index("## Development") :]
+    folders = sorted(
+        str(p.parent.relative_to(ROOT)) + "/" for p in (ROOT / "proxy").glob("*/__init__.py")
+    )
+    listed = re.findall(r"^- `(proxy/\w+/)`", development, re.M)
+    assert sorted(listed) == folders
+    stages = [line.split("`")[1].split(".")[1] for line in _stage_lines()]
+    assert [f.split("/")[1] for f in listed] == stages
+    named = set(re.findall(r"`((?:proxy/)?(?:edge|core|doors|provider)/[\w/]+\.py)`", development))
+    missing = sorted(n for n in named if not (ROOT / "proxy" / n.removeprefix("proxy/")).exists())
+    assert named and missing == []
+
+
+def _stage_lines() -> list[str]:
+    """The stages in the order `proxy/__init__.py` gives them."""
+    doc = (ROOT / "proxy" / "__init__.py").read_text(encoding="utf-8")
+    return [line for line in doc.splitlines() if line.startswith("- `proxy.")]

@@ -36,7 +36,7 @@ class Replica:
             [
                 sys.executable,
                 "-m",
-                "proxy.cli",
+                "proxy.edge.cli",
                 "serve",
                 "--config",
                 str(config),

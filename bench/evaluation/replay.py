@@ -28,7 +28,7 @@ from bench.evaluation.corpus import Message, Session
 from bench.evaluation.needles import needle_key
 from bench.evaluation.recall import ProbeOutcome, ask_probes
 from bench.evaluation.recoverable import fetch_archive
-from proxy.identity import scope_for
+from proxy.core.identity import scope_for
 from storage import SessionKey
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import (

@@ -1,25 +1,11 @@
-"""The front doors ctxgate serves; adding one is a module and one entry in `DOORS`."""
+"""The front doors: one wire API each, behind the `FrontDoor` protocol (`frontdoor.py`).
 
-from __future__ import annotations
+A door parses a request body into chat-shaped messages for the core and renders the compressed
+view back into its API's body, reads usage, overflows and errors from answers, and offers and
+hides the recall tool. Each door is a subpackage (`chat/`, `responses/`, `messages/`) and one
+entry in `registry.py`. Shared here: the first checks of a body (`bodies.py`), parsing a body
+that only grew (`grown_bodies.py`), SSE event data (`sse_data.py`), and the stream relay that
+passes an upstream's events on and shows the door's watch what it needs (`streaming.py`).
 
-from collections.abc import Mapping
-
-from proxy.doors.chat import ChatDoor
-from proxy.doors.messages import MessagesDoor
-from proxy.doors.responses import ResponsesDoor
-from proxy.frontdoor import FrontDoor
-
-DOORS: tuple[FrontDoor, ...] = (ChatDoor(), ResponsesDoor(), MessagesDoor())
-
-BY_PATH: Mapping[str, FrontDoor] = {path: door for door in DOORS for path in door.paths}
-BY_API: Mapping[str, FrontDoor] = {door.api: door for door in DOORS}
-APIS = tuple(BY_API)
-
-
-def summary_door(apis: tuple[str, ...], request_door: FrontDoor) -> FrontDoor:
-    """The API a summary call uses on an upstream serving `apis`: Chat Completions when it
-    can, else the request's own, else the first the upstream serves."""
-    for api in ("chat", request_door.api, *apis):
-        if api in apis and api in BY_API:
-            return BY_API[api]
-    raise ValueError(f"no front door for any of {apis}")
+May import: proxy.provider, proxy.settings, proxy.errors.
+"""

@@ -21,7 +21,7 @@ from compression.handoff import handoff_text, parse_handoff
 from compression.options import CompressorOptions
 from compression.prompts import END_MARKER, SUMMARY_PREFIX
 from compression.types import Message
-from proxy.provenance import replaced_positions, replacement
+from proxy.core.provenance import replaced_positions, replacement
 from tests.compression.builders import context, text_of
 from tests.compression.counters import CharCounter
 from tests.compression.summarizers import ScriptedSummarizer

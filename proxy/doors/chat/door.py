@@ -1,0 +1,195 @@
+"""The Chat Completions front door: `POST /v1/chat/completions`.
+
+Its messages are already the compressor's shape, so parsing keeps them as they came and
+rendering puts the view back under `messages`. A request ctxgate does not change is forwarded
+as the client's bytes (with `stream_options.include_usage` prepended when ctxgate needs the
+usage chunk the client did not ask for; that chunk is then kept from the client).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from compression.engine import SummaryCall, SummaryCallError, SummaryReply
+from compression.types import Message, ToolSchema
+from proxy.doors.bodies import with_tools
+from proxy.doors.chat import recall as chat_recall
+from proxy.doors.chat.recall import ChatAnswerStream, ChatCallFilter
+from proxy.doors.chat.request import client_wants_usage, parse_chat_request
+from proxy.doors.frontdoor import AnswerCalls, Usage, WireRequest
+from proxy.doors.grown_bodies import GrownBodies
+from proxy.doors.streaming import error_event, error_status
+from proxy.errors import ProxyError
+from proxy.provider.overflow import Overflow, classify_overflow
+
+_USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
+_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+_FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
+_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*(\[\s*\]|null)')
+
+
+class ChatWatch:
+    """Chat chunks: the usage chunk, a finish reason or `[DONE]`, error objects."""
+
+    markers: tuple[bytes, ...] = (
+        b"[DONE]",
+        b'"usage":{',
+        b'"usage": {',
+        b"error",
+        b'reason":"',
+        b'reason": "',
+    )
+
+    def __init__(self, hide_usage: bool) -> None:
+        self.hide_usage = hide_usage
+        self.usage: Usage | None = None
+        self.finished = False
+        self.failed: str | None = None
+
+    def preamble(self, data: bytes) -> bool:
+        return False
+
+    def inspect(self, data: bytes) -> bool:
+        if not data:
+            return True
+        if data.strip() == b"[DONE]":
+            self.finished = True
+            return True
+        if error_status(data) is not None:
+            self.failed = "upstream sent an error event"
+            self.finished = True
+            return True
+        if _FINISH.search(data):
+            self.finished = True
+        if _USAGE.search(data):
+            usage = _usage_in(data)
+            if usage is not None:
+                self.usage = usage
+                if self.hide_usage and _EMPTY_CHOICES.search(data):
+                    return False
+        return True
+
+    def error_event(self, message: str) -> bytes:
+        return error_event(message)
+
+
+class ChatDoor:
+    api: str = "chat"
+    paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
+    upstream_path: str = "/chat/completions"
+    grows: str | None = "messages"
+
+    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+        return parse_chat_request(raw, earlier)
+
+    def render(
+        self,
+        request: WireRequest,
+        view: list[Message],
+        max_tokens: int | None,
+        tools: Sequence[ToolSchema] = (),
+    ) -> bytes:
+        wants_usage = client_wants_usage(request.body)
+        if view is request.messages and max_tokens is None and not tools:
+            if not request.stream or wants_usage:
+                return request.raw
+            if "stream_options" not in request.body:
+                # Prepending the key keeps the client's bytes; it is absent, so no duplicate.
+                start = request.raw.index(b"{") + 1
+                return _USAGE_OPTION + request.raw[start:]
+        body: dict[str, Any] = dict(request.body)
+        body["messages"] = view
+        if tools:
+            body["tools"] = with_tools(body.get("tools"), tools, _chat_tool)
+        if request.stream and not wants_usage:
+            options = body.get("stream_options")
+            body["stream_options"] = {
+                **(options if isinstance(options, dict) else {}),
+                "include_usage": True,
+            }
+        if max_tokens is not None:
+            key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            body[key] = max_tokens
+        return orjson.dumps(body)
+
+    def usage(self, answer: bytes) -> Usage | None:
+        return _usage_in(answer)
+
+    def watch(self, request: WireRequest) -> ChatWatch:
+        return ChatWatch(hide_usage=not client_wants_usage(request.body))
+
+    def stream_error(self, data: bytes) -> int | None:
+        return error_status(data)
+
+    def overflow(self, status: int, body: bytes) -> Overflow | None:
+        return classify_overflow(status, body)
+
+    def error_body(self, error: ProxyError) -> bytes:
+        return error.body()
+
+    def summary_body(self, call: SummaryCall, model: str) -> bytes:
+        body = {
+            "model": call.model or model,
+            "messages": call.messages,
+            "max_tokens": call.max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
+        return orjson.dumps(body)
+
+    def summary_reply(self, answer: bytes) -> SummaryReply:
+        try:
+            data = orjson.loads(answer)
+            choice = data["choices"][0]
+            message = choice.get("message") or {}
+            usage = data.get("usage") or {}
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise SummaryCallError("summary model sent an unreadable answer") from exc
+        content = message.get("content")
+        return SummaryReply(
+            text=content if isinstance(content, str) else "",
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+        )
+
+    def tool_calls(self, answer: bytes, name: str) -> AnswerCalls | None:
+        return chat_recall.tool_calls(answer, name)
+
+    def without_calls(self, answer: bytes, name: str) -> bytes:
+        return chat_recall.without_calls(answer, name)
+
+    def answer_stream(self, name: str) -> ChatAnswerStream:
+        return ChatAnswerStream(name)
+
+    def call_filter(self, name: str) -> ChatCallFilter:
+        return ChatCallFilter(name)
+
+
+def _chat_tool(name: Any, description: str, schema: Any) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": schema},
+    }
+
+
+def _usage_in(raw: bytes) -> Usage | None:
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    prompt = _int_or_none(usage.get("prompt_tokens"))
+    if prompt is None:
+        return None
+    return Usage(prompt, _int_or_none(usage.get("completion_tokens")))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

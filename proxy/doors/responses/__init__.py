@@ -1,0 +1,8 @@
+"""The OpenAI Responses front door: `door.py` serves it; `wire.py` reads and renders bodies,
+`items.py` and `parts.py` convert `input` items to chat-shaped messages and `render.py` back,
+`stream.py` watches its event stream, `recall.py` offers, reads and hides ctxgate's own tool.
+
+May import: proxy.doors.frontdoor, proxy.doors.bodies, proxy.doors.grown_bodies,
+proxy.doors.sse_data, proxy.doors.streaming, proxy.provider, proxy.settings, proxy.errors
+(not another door, nor the registry that imports them all).
+"""

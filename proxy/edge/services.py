@@ -1,0 +1,140 @@
+"""The parts one app runs on, built in its lifespan: the store, the connection pool, the gateway.
+
+`Services` lives here, apart from the ASGI app, so that every edge module can name it without
+importing the app that mounts them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from compression.engine import ContextEngine
+from proxy.core.auth import Authenticator
+from proxy.core.compaction import Compactor
+from proxy.core.conversations import Conversations
+from proxy.core.gateway import Gateway
+from proxy.core.metrics import Metrics
+from proxy.core.models import Models
+from proxy.core.pressure import measure
+from proxy.core.recall import Recaller
+from proxy.core.sessions import Sessions
+from proxy.provider.transport import new_http_transport
+from proxy.provider.upstream import Upstream
+from proxy.settings import Settings
+from storage import SessionLocks, SessionStore
+
+
+def engine_options(settings: Settings) -> dict[str, Any]:
+    """The built-in engine's options: the top-level thresholds plus `compression.options`
+    (settings refuses the top-level keys there, so each has one home)."""
+    c = settings.compression
+    thresholds = {
+        "threshold": c.threshold,
+        "hygiene_threshold": c.hygiene_threshold,
+        "hygiene_max_messages": c.hygiene_max_messages,
+    }
+    return {**thresholds, **c.options}
+
+
+def build_engine(settings: Settings) -> ContextEngine:
+    """The configured engine; raises ValueError naming the problem (checked at start-up)."""
+    from compression import load_engine
+
+    name = settings.compression.engine
+    options = (
+        engine_options(settings) if name == "compressor" else dict(settings.compression.options)
+    )
+    return load_engine(name, options)
+
+
+@dataclass(slots=True)
+class Services:
+    settings: Settings
+    http: httpx.AsyncBaseTransport
+    store: SessionStore
+    gateway: Gateway
+    conversations: Conversations
+    models: Models
+    sessions: Sessions
+    upstreams: dict[str, Upstream]
+    auth: Authenticator
+    metrics: Metrics
+    owns_http: bool
+    owns_store: bool
+
+    async def close(self) -> None:
+        await self.conversations.close()
+        if self.owns_store:
+            await self.store.close()  # writes out the usage still queued in memory
+        else:
+            await self.store.flush()  # its owner closes it; what this app queued is written
+        if self.owns_http:
+            await self.http.aclose()
+
+
+async def start_services(
+    settings: Settings,
+    *,
+    http_transport: httpx.AsyncBaseTransport | None = None,
+    store: SessionStore | None = None,
+    engine: ContextEngine | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Services:
+    engine = engine or build_engine(settings)
+    http = http_transport or new_http_transport(settings.server.upstream_client)
+    owns_store = store is None
+    if store is None:
+        store = await SessionStore.open(
+            settings.storage.url, session_cache_s=settings.storage.session_cache_s
+        )
+    upstreams = {name: Upstream(up, http) for name, up in settings.upstreams.items()}
+    locks = SessionLocks(store, ttl_s=settings.storage.lease_ttl_s)
+    await locks.release_dead_holders()  # a restart takes its crashed predecessor's leases back
+    metrics = Metrics()
+    compactor = Compactor(
+        store=store,
+        locks=locks,
+        engine=engine,
+        lock_wait_s=settings.storage.lock_wait_s,
+        in_place=settings.storage.in_place,
+        handles=settings.compression.recall.enabled,
+        clock=clock,
+        observe=metrics.compression,
+    )
+    models = Models(settings, store, engine, await store.get_model_windows())
+    sessions = Sessions(store, clock, settings.server.held_request_bytes)
+    conversations = Conversations(settings, store, compactor, upstreams, models, sessions, clock)
+    auth = Authenticator(settings.auth)
+    recaller = Recaller(
+        store,
+        settings.compression.recall,
+        lambda turn: models.counter(turn.rule, turn.request.model),
+        lambda turn: (
+            measure(
+                turn,
+                models.counter(turn.rule, turn.request.model),
+                models.calibration(turn.request.model),
+            ).tokens
+        ),
+        metrics,
+    )
+    gateway = Gateway(settings, conversations, auth, metrics, recaller)
+    return Services(
+        settings,
+        http,
+        store,
+        gateway,
+        conversations,
+        models,
+        sessions,
+        upstreams,
+        auth,
+        metrics,
+        owns_http=http_transport is None,
+        owns_store=owns_store,
+    )
