@@ -18,10 +18,11 @@ tool. Metrics: planted facts answered (and how many via recall), recoverable ret
 view verbatim, or named by a handle and held in ctxgate's archive, read over the admin API),
 overflow errors at the client, structural validity of every forwarded request, billed prompt
 tokens (summary calls included), fit, retention of user messages (constraint-stating ones and
-the original request too) / artifacts / planted needles in the final forwarded view,
-prompt-cache prefix reuse, compressions by trigger, added latency with background compression
-on and off. Writes eval.json, eval.md and eval.png under --out (default bench/results/) and
-prints the Markdown tables.
+the original request too) / artifacts / planted needles in the final forwarded view (also
+by session kind: coding agent vs chat or tool service), whether the newest read of a file was
+in the request the model answered with an edit of it, prompt-cache prefix reuse, compressions
+by trigger, added latency with background compression on and off. Writes eval.json, eval.md
+and eval.png under --out (default bench/results/) and prints the Markdown tables.
 """
 
 from __future__ import annotations

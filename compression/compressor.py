@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from compression.assembly import assemble
-from compression.carry import carry_section
+from compression.carry import carry_need, carry_section
 from compression.content import content_text
-from compression.engine import CompressionContext, CompressionResult, Outcome
+from compression.engine import ClippedMessage, CompressionContext, CompressionResult, Outcome
 from compression.failures import SummaryFailure, cooldown_seconds
 from compression.handoff import Handoff, handoff_text, view_summaries
 from compression.invariants import CompressionInvariantError, check_invariants
@@ -60,6 +60,7 @@ from compression.toolpairs import (
     tool_calls_of,
 )
 from compression.types import Message
+from compression.userwords import Selection
 
 log = logging.getLogger(__name__)
 
@@ -210,9 +211,10 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
     fixed = fixed_end(run.view, unpinned, cap)
     head = head_end(run.view, run.options.protect_first_n, decayed, fixed)
     fixed = run.ledger.base + run.ledger.span(0, head) + run.pins.tokens_in(head, len(run.view))
+    users = carry_need(run.view, head, run.ledger, run.pins.indices)
     plan: CutPlan | None = None
     for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
-        budgets = budgets_for(run.options, run.limits, fixed, level)
+        budgets = budgets_for(run.options, run.limits, fixed, level, users)
         candidate = plan_cut(run.view, run.ledger, run.pairing, head, budgets, level)
         if candidate.empty:
             continue
@@ -224,7 +226,7 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
         run.ledger,
         run.pairing,
         head,
-        budgets_for(run.options, run.limits, fixed, MAX_LEVEL),
+        budgets_for(run.options, run.limits, fixed, MAX_LEVEL, users),
         MAX_LEVEL,
     )
 
@@ -235,11 +237,12 @@ def _estimate(run: _Pass, plan: CutPlan, *, with_summary: bool = True) -> int:
     extra = sum(ledger.tokens[i] for i in (plan.restate, plan.reply) if i is not None)
     extra += run.pins.tokens_in(plan.head_end, plan.tail_start)
     summary = summary_tokens(run.options, plan, ledger, run.limits.context_length)
+    handoff = summary + MARKER_TOKENS + plan.budgets.carry
     return (
         ledger.base
         + ledger.span(0, plan.head_end)
         + ledger.span(plan.tail_start, len(run.view))
-        + (summary + MARKER_TOKENS if with_summary else 0)
+        + (handoff if with_summary else 0)
         + extra
     )
 
@@ -339,11 +342,12 @@ def _finish(
     restate = view[plan.restate] if plan.restate is not None else None
     reply = content_text(view[plan.reply]) if plan.reply is not None else None
     limit = _limit(run)
-    kept: list[Message | str] = [*head, *tail, *([restate] if restate else []), body, reply or ""]
+    kept: list[Message | str] = [*head, *tail, *([restate] if restate else [])]
+    count = run.ctx.counter.count_text
     users, anchors = carry_section(
-        view, plan, ledger, options, run.ctx.counter.count_text, kept, frozenset(lifted)
+        view, plan, ledger, options, count, kept, frozenset(lifted), (body, reply or "")
     )
-    handoff = Handoff(body, users, reply, anchors)
+    handoff = Handoff(body, users.texts, reply, anchors)
     result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
     after = ledger.view(result)
     projected = int(after * run.calibration)
@@ -372,7 +376,16 @@ def _finish(
         error=note,
         failure_class=summary.failure.kind if summary.failure is not None else None,
         summary_truncated=summary.truncated,
-        clipped=run.pins.clipped,
+        clipped=run.pins.clipped + _shortened(users),
+    )
+
+
+def _shortened(users: Selection) -> tuple[ClippedMessage, ...]:
+    """The user messages the handoff holds clipped, or only names, for the response to say."""
+    return tuple(
+        ClippedMessage(item.index, item.kept, item.original)
+        for item in users.shortened
+        if item.index is not None
     )
 
 

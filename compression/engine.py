@@ -103,8 +103,9 @@ class CompressionContext:
 
 
 @dataclass(frozen=True, slots=True)
-class ClippedPin:
-    """A pinned message the result holds clipped (its head and tail), not verbatim."""
+class ClippedMessage:
+    """A message the result holds clipped (its head and tail), not verbatim: a pinned one, or
+    a user message the handoff carries (`kept_tokens` 0: not even clipped; its handle only)."""
 
     index: int  # its position in the view the engine was given
     kept_tokens: int
@@ -128,8 +129,9 @@ class CompressionResult:
     failure_class: str | None = None
     # The model's summary stopped at its output limit and was kept up to its last complete line.
     summary_truncated: bool = False
-    # Pinned messages (see `compression.pins`) the result holds clipped rather than verbatim.
-    clipped: tuple[ClippedPin, ...] = ()
+    # Pinned messages (see `compression.pins`) and carried user messages (see
+    # `compression.userwords`) the result holds clipped rather than verbatim.
+    clipped: tuple[ClippedMessage, ...] = ()
 
 
 class ContextEngine(Protocol):
@@ -146,7 +148,7 @@ class ContextEngine(Protocol):
 
 
 __all__ = [
-    "ClippedPin",
+    "ClippedMessage",
     "CompressionContext",
     "CompressionResult",
     "ContextEngine",

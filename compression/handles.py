@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from compression.content import content_text
 from compression.handoff import handoff_text
-from compression.prompts import ARCHIVE_OPEN, SUMMARY_PREFIX
+from compression.prompts import ARCHIVE_OPEN, SUMMARY_PREFIX, USER_CLOSE, USER_OPEN
 from compression.types import ContentPart, Message
 
 RECALL_TOOL = "ctxgate_recall"
@@ -110,7 +110,9 @@ def with_handles(
             out[at] = _with_text(message, partial(_suffixed, position=position))
         written.append(at)
     if summary_at is not None:
-        out[summary_at] = _with_text(out[summary_at], lambda text: _lined(text, pending))
+        out[summary_at] = _with_text(
+            out[summary_at], lambda text: _named_clips(_lined(text, pending), pending, client)
+        )
     elif written and not named.issuperset(pending):
         # No summary to name the rest: the last message ctxgate wrote does.
         last = written[-1]
@@ -163,6 +165,29 @@ def _lined(text: str, positions: Sequence[int]) -> str:
         return text
     body = without_archive_line(text[len(SUMMARY_PREFIX) :].lstrip("\n")).lstrip("\n")
     return f"{SUMMARY_PREFIX}\n{archive_line(positions)}\n{body}"
+
+
+_CLIP_MARK = re.compile(r"\n…\[[\d,]+ chars omitted\]…\n")
+_BLOCK = re.compile(re.escape(USER_OPEN) + r"\n(.*?)\n" + re.escape(USER_CLOSE), re.DOTALL)
+
+
+def _named_clips(text: str, replaced: Sequence[int], client: Sequence[Message]) -> str:
+    """The summary with the handle of its original written into each clipped user message it
+    carries, so the model can read the whole of it back."""
+
+    def named(block: re.Match[str]) -> str:
+        inner = block.group(1)
+        mark = _CLIP_MARK.search(inner)
+        head = inner[: mark.start()].strip()[:_LEAD] if mark is not None else ""
+        if not head or SUFFIX.search(inner):
+            return block.group(0)
+        for position in reversed(replaced):
+            original = client[position]
+            if original.get("role") == "user" and content_text(original).strip().startswith(head):
+                return f"{USER_OPEN}\n{inner}{rewritten_suffix(position)}\n{USER_CLOSE}"
+        return block.group(0)
+
+    return _BLOCK.sub(named, text)
 
 
 def _with_text(message: Message, edit: Callable[[str], str]) -> Message:

@@ -25,6 +25,13 @@ DEFAULT_COOLDOWNS: dict[str, tuple[float, ...]] = {
 
 TAIL_MODES = ("lean", "legacy")
 
+# Options that no longer exist, and the one that took their place: a config still naming one
+# fails at start-up saying what to write instead.
+REPLACED = {
+    "max_user_messages_carried": "user_share",
+    "max_user_tokens_carried": "user_share",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class CompressorOptions:
@@ -47,8 +54,7 @@ class CompressorOptions:
     summary_message_max_chars: int = 6000
     summary_timeout: float | None = None
     abort_on_summary_failure: bool = False
-    max_user_messages_carried: int = 40
-    max_user_tokens_carried: int = 6000
+    user_share: float = 0.50  # of the threshold, most the user's carried messages may take
     max_anchor_tokens: int = 1500
     duplicate_min_chars: int = 200
     prune_min_chars: int = 200
@@ -65,6 +71,11 @@ class CompressorOptions:
         options = options or {}
         allowed = [item.name for item in fields(cls)]
         unknown = sorted(set(options) - set(allowed))
+        replaced = [name for name in unknown if name in REPLACED]
+        if replaced:
+            raise ValueError(
+                f"compressor option {replaced[0]!r} was replaced by {REPLACED[replaced[0]]!r}"
+            )
         if unknown:
             raise ValueError(
                 f"unknown compressor option {unknown[0]!r}; allowed: {', '.join(allowed)}"
@@ -80,6 +91,7 @@ _FRACTIONS = {
     "summary_ratio",
     "summary_context_fraction",
     "pin_share",
+    "user_share",
 }
 _OPTIONAL_INTS = {"threshold_tokens", "summary_model_context_length"}
 _POSITIVE_INTS = {
@@ -96,8 +108,6 @@ _POSITIVE_INTS = {
 _COUNTS = {
     "protect_first_n",
     "protect_last_n",
-    "max_user_messages_carried",
-    "max_user_tokens_carried",
     "max_anchor_tokens",
     "keep_images",
     "pin_paste_tokens",

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from compression.content import clip_middle, content_text, with_text
-from compression.engine import ClippedPin
+from compression.engine import ClippedMessage
 from compression.handoff import handoff_text, user_text
 from compression.observations import is_observation
 from compression.planning import newest_user
@@ -89,9 +89,9 @@ class PinPlan:
         return sum(pin.tokens for pin in self.pins)
 
     @property
-    def clipped(self) -> tuple[ClippedPin, ...]:
+    def clipped(self) -> tuple[ClippedMessage, ...]:
         return tuple(
-            ClippedPin(pin.index, pin.tokens, pin.original_tokens)
+            ClippedMessage(pin.index, pin.tokens, pin.original_tokens)
             for pin in self.pins
             if pin.original_tokens
         )

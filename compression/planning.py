@@ -30,7 +30,7 @@ TARGET_SHARE = 0.90  # aim under the threshold with room for estimate error
 MARKER_TOKENS = 200  # prefix, end marker and headers of the handoff message
 MIN_SUMMARY_TOKENS = 128
 MIN_MIDDLE_TOKENS = 512
-CARRY_SHARE = 0.15  # of the room: user messages carried verbatim
+USER_ROOM_SHARE = 0.60  # of the room, most the user's carried messages may take
 ANCHOR_SHARE = 0.08  # of the room: the anchor index (plus what the carried messages leave)
 OPENING_SHARE = 0.25  # of the threshold, most a client's canned opening may keep verbatim
 
@@ -40,7 +40,7 @@ class Budgets:
     target: int  # tokens the compressed view should stay under
     tail: int  # tokens of recent messages kept verbatim
     reach: int  # how far the tail may stretch to keep the newest user message verbatim
-    carry: int  # tokens of user messages carried verbatim inside the summary
+    carry: int  # tokens of user messages carried verbatim inside the handoff
     summary_cap: int  # most tokens the summary body may take in the view
     floor: int  # fewest messages in the tail
     anchors: int = 0  # tokens of the anchor index (exact ids and paths) inside the summary
@@ -77,26 +77,29 @@ def head_end(
 
 
 def budgets_for(
-    options: CompressorOptions, limits: Limits, fixed_tokens: int, level: int
+    options: CompressorOptions, limits: Limits, fixed_tokens: int, level: int, users: int = 0
 ) -> Budgets:
+    """What each part of the compressed view may take. `users` is what carrying every user
+    message of the region would cost: they come first, the tail and summary share the rest."""
     target = int(limits.threshold * TARGET_SHARE)
     room = max(0, target - fixed_tokens - min(MARKER_TOKENS, target // 10))
+    carry = min(users, int(limits.threshold * options.user_share), int(room * USER_ROOM_SHARE))
+    rest = room - carry
     scale = (1.0, 0.5, 0.25)[min(level, MAX_LEVEL)]
     lean = tail_budget(options, limits.context_length, limits.threshold)
-    tail = max(1, int(min(lean, room * 0.40) * scale))
-    reach_cap = min(int(limits.context_length * TAIL_MAX_CONTEXT_SHARE), int(room * 0.55))
+    tail = max(1, int(min(lean, rest * 0.40) * scale))
+    reach_cap = min(int(limits.context_length * TAIL_MAX_CONTEXT_SHARE), int(rest * 0.55))
     reach = max(tail, int(min(tail * 1.5, reach_cap)))
     floor = min(options.protect_last_n, TAIL_FLOOR_CAP)
     floor = (floor, min(floor, 4), min(floor, 2))[min(level, MAX_LEVEL)]
     deterministic = 1.0 if level < 2 else 0.5
-    carry = int(min(options.max_user_tokens_carried, room * CARRY_SHARE) * deterministic)
-    anchors = int(min(options.max_anchor_tokens, room * ANCHOR_SHARE) * deterministic)
+    anchors = int(min(options.max_anchor_tokens, rest * ANCHOR_SHARE) * deterministic)
     return Budgets(
         target=target,
         tail=tail,
         reach=reach,
         carry=carry,
-        summary_cap=max(1, int(room * 0.30)),
+        summary_cap=max(1, int(rest * 0.30)),
         floor=floor,
         anchors=anchors,
     )

@@ -15,6 +15,7 @@ from storage.records import (
     CompressionCommit,
     Event,
     EventRecord,
+    Fork,
     JSONObject,
     Message,
     SessionDetail,
@@ -26,6 +27,7 @@ from storage.records import (
     UsageRecord,
 )
 from storage.store import SessionStore
+from storage.terms import Terms, search_terms
 
 __all__ = [
     "PROMPT_TOKENS_PENDING",
@@ -38,6 +40,7 @@ __all__ = [
     "DatabaseBusy",
     "Event",
     "EventRecord",
+    "Fork",
     "JSONObject",
     "LockTimeout",
     "Message",
@@ -48,8 +51,10 @@ __all__ = [
     "SessionStore",
     "StorageError",
     "StoreStats",
+    "Terms",
     "Unset",
     "UsagePoint",
     "UsageRecord",
+    "search_terms",
     "wait_budget",
 ]

@@ -106,6 +106,7 @@ def with_usage(old: SessionRecord | None, u: UsageRecord) -> SessionRecord:
             parent_key=None,
             child_key=None,
             last_compression_at=None,
+            root_key=u.sk.key,
         )
     newer = at >= (old.last_usage_at if old.last_usage_at is not None else at) and at >= (
         old.last_compression_at if old.last_compression_at is not None else at
@@ -122,6 +123,8 @@ def with_usage(old: SessionRecord | None, u: UsageRecord) -> SessionRecord:
         if newer
         else {}
     )
+    if newer and u.tip_digest is not None:
+        latest |= {"tip_len": u.tip_len, "tip_digest": u.tip_digest}
     return dataclasses.replace(
         old,
         model=u.model,

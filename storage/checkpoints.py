@@ -11,7 +11,7 @@ from sqlalchemy import Row, Select, String, any_, bindparam, desc, func, select,
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import codec, events, sessions
+from storage import codec, events, lineages, search, sessions
 from storage.db import upsert
 from storage.inline import Executor
 from storage.records import (
@@ -32,8 +32,14 @@ from storage.tables import sessions as sessions_t
 RECENT_CANDIDATES = 500
 
 
-async def find(conn: Executor, sk: SessionKey, prefix_digests: Sequence[str]) -> Checkpoint | None:
+async def find(
+    conn: Executor, root: SessionKey, prefix_digests: Sequence[str]
+) -> Checkpoint | None:
     """The newest checkpoint whose prefix matches: highest prefix_len, then highest id.
+
+    Searched among every row of the client's session id `root` (its lineages and rotations):
+    a matching digest means the same client prefix whichever conversation wrote it. The
+    checkpoint names the row that holds it.
 
     prefix_digests[i] is the digest of the client's messages[0..i], so a checkpoint of
     length L matches when prefix_digests[L - 1] equals its digest.
@@ -48,8 +54,8 @@ async def find(conn: Executor, sk: SessionKey, prefix_digests: Sequence[str]) ->
     candidates = sorted(set(prefix_digests[lo:n]))
     dialect = conn.dialect.name
     params = {
-        "scope": sk.scope,
-        "key": sk.key,
+        "scope": root.scope,
+        "root": root.key,
         # PostgreSQL takes the list as one array; SQLite as one JSON text (json_each). Hex
         # digests need no escaping, so orjson writes what json would, several times faster.
         "candidates": candidates if dialect == "postgresql" else orjson.dumps(candidates).decode(),
@@ -58,18 +64,23 @@ async def find(conn: Executor, sk: SessionKey, prefix_digests: Sequence[str]) ->
     }
     row = (await conn.execute(_recent(dialect), params)).first()
     if row is not None and prefix_digests[row.prefix_len - 1] == row.prefix_digest:
-        return _checkpoint(row, sk)
+        return _checkpoint(row, root.scope)
     # Also covers a digest found at another position (digests that are not chained).
     older = (
         select(checkpoints.c.id, checkpoints.c.prefix_len, checkpoints.c.prefix_digest)
         .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
-        .where(sessions.where_key(sk), checkpoints.c.prefix_len <= n)
+        .where(sessions_t.c.scope == root.scope, sessions_t.c.root_key == root.key)
+        .where(checkpoints.c.prefix_len <= n)
         .order_by(desc(checkpoints.c.prefix_len), desc(checkpoints.c.id))
     )
     for candidate in await conn.execute(older):
         if prefix_digests[candidate.prefix_len - 1] == candidate.prefix_digest:
-            full = await conn.execute(select(checkpoints).where(checkpoints.c.id == candidate.id))
-            return _checkpoint(full.one(), sk)
+            full = await conn.execute(
+                select(checkpoints, sessions_t.c.key.label("session_key"))
+                .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
+                .where(checkpoints.c.id == candidate.id)
+            )
+            return _checkpoint(full.one(), root.scope)
     return None
 
 
@@ -87,9 +98,9 @@ def _recent(dialect: str) -> Select[Any]:
         listed = func.json_each(bindparam("candidates", type_=String)).table_valued("value")
         matches = checkpoints.c.prefix_digest.in_(select(listed.c.value))
     return (
-        select(checkpoints)
+        select(checkpoints, sessions_t.c.key.label("session_key"))
         .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
-        .where(sessions_t.c.scope == bindparam("scope"), sessions_t.c.key == bindparam("key"))
+        .where(sessions_t.c.scope == bindparam("scope"), sessions_t.c.root_key == bindparam("root"))
         .where(matches)
         .where(checkpoints.c.prefix_len > bindparam("lo"))
         .where(checkpoints.c.prefix_len <= bindparam("hi"))
@@ -98,11 +109,11 @@ def _recent(dialect: str) -> Select[Any]:
     )
 
 
-def _checkpoint(row: Row[Any], sk: SessionKey) -> Checkpoint:
+def _checkpoint(row: Row[Any], scope: str) -> Checkpoint:
     return Checkpoint(
         id=row.id,
-        scope=sk.scope,
-        key=sk.key,
+        scope=scope,
+        key=row.session_key,
         prefix_len=row.prefix_len,
         prefix_digest=row.prefix_digest,
         messages=codec.loads(row.messages),
@@ -147,6 +158,9 @@ async def commit(conn: AsyncConnection, c: CompressionCommit, now: float) -> Che
         .where(sessions_t.c.id == session_id)
         .values(
             engine_state=codec.dumps(c.engine_state),
+            # The lineage's tip moves to the prefix compressed (it extends the one before).
+            tip_len=c.prefix_len,
+            tip_digest=c.prefix_digest,
             compression_count=sessions_t.c.compression_count + 1,
             last_prompt_tokens=PROMPT_TOKENS_PENDING,
             last_compression_at=now,
@@ -176,30 +190,44 @@ async def _archive(
     now: float,
 ) -> None:
     rows: list[dict[str, Any]] = []
+    originals: dict[tuple[int, str], Message] = {}
     for position, message in archived:
         # Sorted keys: the same message re-serialised by an SDK must dedupe.
         text = codec.dumps(message, sort_keys=True)
+        digest = codec.digest(text)
+        originals[(position, digest)] = message
         rows.append(
             {
                 "session_id": session_id,
                 "checkpoint_id": checkpoint_id,
                 "position": position,
-                "digest": codec.digest(text),
+                "digest": digest,
                 "message": text,
                 "archived_at": now,
             }
         )
     if rows:
+        a = archived_messages.c
         stmt = upsert(conn, archived_messages).on_conflict_do_nothing(
             index_elements=["session_id", "position", "digest"]
         )
-        await conn.execute(stmt, rows)
+        # Only the rows inserted now come back: a copy archived before is indexed already.
+        inserted = await conn.execute(stmt.returning(a.id, a.position, a.digest), rows)
+        new = [(int(r.id), originals[(r.position, r.digest)]) for r in inserted]
+        await search.index(conn, new)
 
 
 async def archived(conn: AsyncConnection, *session_ids: int) -> list[ArchivedMessage]:
+    return await archived_in(conn, [(row_id, None) for row_id in session_ids])
+
+
+async def archived_in(
+    conn: AsyncConnection, spans: Sequence[lineages.Span]
+) -> list[ArchivedMessage]:
+    """The originals of a lineage's spans (see storage.lineages), by position."""
     stmt = (
         select(archived_messages)
-        .where(archived_messages.c.session_id.in_(session_ids))
+        .where(lineages.in_spans(list(spans)))
         .order_by(archived_messages.c.position, archived_messages.c.id)
     )
     return [
@@ -208,20 +236,20 @@ async def archived(conn: AsyncConnection, *session_ids: int) -> list[ArchivedMes
     ]
 
 
-async def facts(conn: AsyncConnection, session_ids: Sequence[int]) -> ArchiveFacts:
-    """The newest checkpoint of `session_ids[0]` and the positions archived for all of them."""
+async def facts(conn: AsyncConnection, spans: Sequence[lineages.Span]) -> ArchiveFacts:
+    """The newest checkpoint of the first span's row and the positions archived in them."""
     c = checkpoints.c
     newest = (
         await conn.execute(
             select(c.id, c.prefix_len, c.sources)
-            .where(c.session_id == session_ids[0])
+            .where(c.session_id == spans[0][0])
             .order_by(desc(c.id))
             .limit(1)
         )
     ).first()
     a = archived_messages.c
     positions = await conn.execute(
-        select(a.position).where(a.session_id.in_(list(session_ids))).distinct()
+        select(a.position).where(lineages.in_spans(list(spans))).distinct()
     )
     archived = tuple(sorted(int(p) for p in positions.scalars()))
     if newest is None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from storage import search
 from storage.tables import metadata, schema_version
 
 # Any constant: serialises concurrent `open()`s of one PostgreSQL database, whose
@@ -69,3 +70,38 @@ async def ensure_schema(
 def checkpoint_sources(conn: Connection) -> None:
     """Checkpoints say which client position each replacement message holds verbatim."""
     conn.execute(text("ALTER TABLE checkpoints ADD COLUMN sources TEXT"))
+
+
+@migration
+def archive_search(conn: Connection) -> None:
+    """Recall searches the archive through the database's full-text index: build it for the
+    rows archived before it existed."""
+    search.rebuild(conn)
+
+
+@migration
+def session_lineages(conn: Connection) -> None:
+    """Rows name their root session id, the row a fork shares its history with and the
+    prefix of their latest request. A rotation child takes its parent's root."""
+    for column, kind in (
+        ("root_key", "VARCHAR"),
+        ("fork_of", "VARCHAR"),
+        ("fork_len", "INTEGER"),
+        ("tip_len", "INTEGER"),
+        ("tip_digest", "VARCHAR"),
+    ):
+        conn.execute(text(f"ALTER TABLE sessions ADD COLUMN {column} {kind}"))
+    conn.execute(text("UPDATE sessions SET root_key = key WHERE parent_key IS NULL"))
+    parent = "FROM sessions AS p WHERE p.scope = sessions.scope AND p.key = sessions.parent_key"
+    for _ in range(64):  # one rotation generation per pass; chains are short
+        moved = conn.execute(
+            text(
+                f"UPDATE sessions SET root_key = (SELECT p.root_key {parent}) "
+                f"WHERE root_key IS NULL AND EXISTS (SELECT 1 {parent} "
+                "AND p.root_key IS NOT NULL)"
+            )
+        )
+        if not moved.rowcount:
+            break
+    conn.execute(text("UPDATE sessions SET root_key = key WHERE root_key IS NULL"))
+    conn.execute(text("CREATE INDEX ix_sessions_scope_root ON sessions (scope, root_key)"))

@@ -56,10 +56,40 @@ class SessionRecord:
     parent_key: str | None
     child_key: str | None
     last_compression_at: float | None
+    # Lineages (see `Fork`): the client's session id every row of it names; for a fork, the
+    # row it shares its first `fork_len` client messages with; the latest request's prefix.
+    root_key: str | None = None
+    fork_of: str | None = None
+    fork_len: int | None = None
+    tip_len: int | None = None
+    tip_digest: str | None = None
 
     @property
     def sk(self) -> SessionKey:
         return SessionKey(self.scope, self.key)
+
+    @property
+    def root(self) -> SessionKey:
+        """The session id the client names, whichever lineage or rotation this row is."""
+        return SessionKey(self.scope, self.root_key or self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """A new lineage of `root`: a conversation that extends no lineage's tip (a rewind, an
+    edited message, a parallel run with the same opening). It shares its first `fork_len`
+    client messages with the row `fork_of` (None: nothing inherited), whose originals of
+    those positions its archive reads; its tip is the request that found it."""
+
+    root: SessionKey
+    key: str
+    model: str
+    fork_of: str | None
+    fork_len: int
+    tip_len: int
+    tip_digest: str
+    engine_state: JSONObject
+    max_lineages: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +109,10 @@ class UsageRecord:
     message_count: int
     at: float | None = None
     estimated: bool = False
+    # The request's client prefix (length, chained digest), when it was digested: the
+    # lineage's new tip.
+    tip_len: int | None = None
+    tip_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

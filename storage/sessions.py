@@ -30,6 +30,7 @@ def new_row(sk: SessionKey, model: str, now: float) -> dict[str, Any]:
         "created_at": now,
         "updated_at": now,
         "engine_state": "{}",
+        "root_key": sk.key,
     }
 
 
@@ -54,7 +55,8 @@ async def create_child(
     child = SessionKey(parent.scope, child_key)
     if await find_id(conn, child) is not None:
         raise StorageError(f"rotation target session {child_key!r} already exists")
-    row = new_row(child, model, now) | {"parent_key": parent.key}
+    root = (await conn.execute(select(sessions.c.root_key).where(where_key(parent)))).scalar()
+    row = new_row(child, model, now) | {"parent_key": parent.key, "root_key": root or parent.key}
     child_id = await conn.execute(sessions.insert().values(row).returning(sessions.c.id))
     await conn.execute(update(sessions).where(where_key(parent)).values(child_key=child_key))
     return int(child_id.scalar_one())
@@ -125,7 +127,12 @@ async def list_sessions(
 
 
 async def delete_session(conn: AsyncConnection, sk: SessionKey) -> bool:
-    """Delete the row; ON DELETE CASCADE takes its checkpoints, archive, events and usage."""
+    """Delete the row, and the lineages forked in the session when `sk` is a client's id;
+    ON DELETE CASCADE takes their checkpoints, archive, events and usage."""
+    # A fork's rows (its own and its rotations') are named "<id>#<tag>...".
+    forks = (sessions.c.scope == sk.scope) & (sessions.c.root_key == sk.key)
+    forks &= sessions.c.key.like(fork_pattern(sk.key), escape="\\")
+    await conn.execute(delete(sessions).where(forks))
     result = await conn.execute(delete(sessions).where(where_key(sk)))
     await conn.execute(
         delete(leases).where((leases.c.scope == sk.scope) & (leases.c.key == sk.key))
@@ -154,4 +161,14 @@ def record_from_row(row: RowMapping) -> SessionRecord:
         parent_key=row["parent_key"],
         child_key=row["child_key"],
         last_compression_at=row["last_compression_at"],
+        root_key=row["root_key"],
+        fork_of=row["fork_of"],
+        fork_len=row["fork_len"],
+        tip_len=row["tip_len"],
+        tip_digest=row["tip_digest"],
     )
+
+
+def fork_pattern(root: str) -> str:
+    """LIKE pattern (escape `\\`) of the keys of a root's forks: "<root>#..."."""
+    return root.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "#%"

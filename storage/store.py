@@ -15,7 +15,17 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import checkpoints, events, leases, migrations, sessions, usage, windows
+from storage import (
+    checkpoints,
+    events,
+    leases,
+    lineages,
+    migrations,
+    search,
+    sessions,
+    usage,
+    windows,
+)
 from storage.cache import Miss, SessionCache
 from storage.db import Database
 from storage.inline import Executor
@@ -26,6 +36,7 @@ from storage.records import (
     Checkpoint,
     CompressionCommit,
     EventRecord,
+    Fork,
     JSONObject,
     SessionDetail,
     SessionKey,
@@ -172,15 +183,28 @@ class SessionStore:
             self._cache.drop(sk)
 
     async def find_checkpoint(
-        self, sk: SessionKey, prefix_digests: Sequence[str]
+        self, root: SessionKey, prefix_digests: Sequence[str]
     ) -> Checkpoint | None:
-        """The newest checkpoint matching the client's prefix digests, or None.
+        """The newest checkpoint matching the client's prefix digests, or None, among all the
+        lineages of the client's session id `root`; `Checkpoint.key` names the row holding it.
 
         prefix_digests[i] is the digest of messages[0..i] inclusive.
         """
         if not prefix_digests:
             return None
-        return await self._db.lookup(lambda conn: checkpoints.find(conn, sk, prefix_digests))
+        return await self._db.lookup(lambda conn: checkpoints.find(conn, root, prefix_digests))
+
+    async def live_lineages(self, root: SessionKey) -> list[SessionRecord]:
+        """The session's lineages (one live row each), the most recently active first."""
+        return await self._db.read(lambda conn: lineages.live(conn, root))
+
+    async def fork_lineage(self, f: Fork) -> SessionRecord:
+        """Start a lineage (see storage.lineages); the session's least recently active forks
+        beyond `f.max_lineages` are deleted with their checkpoints and archive."""
+        try:
+            return await self._db.write(lambda conn: lineages.fork(conn, f, self._clock()))
+        finally:
+            self._cache.clear()
 
     async def commit_compression(self, c: CompressionCommit) -> Checkpoint:
         """Checkpoint + archive + event + session update in one short write transaction."""
@@ -249,21 +273,47 @@ class SessionStore:
         return await self._db.read(archived)
 
     async def lineage_archive(self, sk: SessionKey) -> list[ArchivedMessage]:
-        """The originals compressions replaced in the session and the sessions it was rotated
-        from (one conversation, so positions do not collide), by position."""
+        """The originals compressions replaced in the session, the sessions it was rotated
+        from and, below the fork, the lineage it forked from (one conversation, so positions
+        do not collide), by position."""
 
         async def archived(conn: AsyncConnection) -> list[ArchivedMessage]:
-            ids = await sessions.lineage(conn, sk)
-            return await checkpoints.archived(conn, *ids) if ids else []
+            spans = await lineages.spans(conn, sk)
+            return await checkpoints.archived_in(conn, spans) if spans else []
 
         return await self._db.read(archived)
+
+    async def search_archive(
+        self, sk: SessionKey, query: str, limit: int = 5
+    ) -> list[ArchivedMessage]:
+        """The originals of the session's lineage (see lineage_archive) that match `query`
+        best, best first, through the database's full-text index (storage.terms says how a
+        text is read into terms)."""
+
+        async def found(conn: AsyncConnection) -> list[ArchivedMessage]:
+            spans = await lineages.spans(conn, sk)
+            return await search.search(conn, spans, query, limit)
+
+        return await self._db.read(found)
+
+    async def fetch_archived(
+        self, sk: SessionKey, positions: Sequence[int]
+    ) -> list[ArchivedMessage]:
+        """The newest original archived at each of `positions` in the session's lineage, by
+        position; positions nothing was archived at are left out."""
+
+        async def fetched(conn: AsyncConnection) -> list[ArchivedMessage]:
+            spans = await lineages.spans(conn, sk)
+            return await search.fetch(conn, spans, positions)
+
+        return await self._db.read(fetched)
 
     async def archive_facts(self, sk: SessionKey) -> ArchiveFacts | None:
         """The session's newest checkpoint and archived positions (None: no such session)."""
 
         async def facts(conn: AsyncConnection) -> ArchiveFacts | None:
-            ids = await sessions.lineage(conn, sk)
-            return None if not ids else await checkpoints.facts(conn, ids)
+            spans = await lineages.spans(conn, sk)
+            return None if not spans else await checkpoints.facts(conn, spans)
 
         return await self._db.read(facts, snapshot=True)
 
@@ -272,7 +322,7 @@ class SessionStore:
         try:
             return await self._db.write(lambda conn: sessions.delete_session(conn, sk))
         finally:
-            self._cache.drop(sk)
+            self._cache.clear()  # the session's forks went with it
 
     # -- model windows -----------------------------------------------------------------
 

@@ -47,9 +47,18 @@ sessions = Table(
     Column("parent_key", String),
     Column("child_key", String),
     Column("last_compression_at", Double),
+    # Lineages: every row of one client session id (rotations, forks) names it as its root.
+    Column("root_key", String),
+    Column("fork_of", String),  # the row whose history a fork shares, up to fork_len
+    Column("fork_len", Integer),
+    # The client prefix (length, chained digest) of the lineage's latest request: a request
+    # belongs to the lineage whose tip it extends.
+    Column("tip_len", Integer),
+    Column("tip_digest", String),
     UniqueConstraint("scope", "key", name="uq_sessions_scope_key"),
     Index("ix_sessions_updated_at", "updated_at"),
     Index("ix_sessions_scope_updated_at", "scope", "updated_at"),
+    Index("ix_sessions_scope_root", "scope", "root_key"),
 )
 
 

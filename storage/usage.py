@@ -23,7 +23,8 @@ _LAST_FIELDS = (
     "last_usage_at",
 )
 _TOTALS = ("request_count", "total_prompt_tokens", "total_completion_tokens")
-_INSERTED = (*new_row(SessionKey("", ""), "", 0.0), *_LAST_FIELDS, *_TOTALS)
+_TIP = ("tip_len", "tip_digest")
+_INSERTED = (*new_row(SessionKey("", ""), "", 0.0), *_LAST_FIELDS, *_TOTALS, *_TIP)
 _USAGE_FIELDS = ("at", "prompt_tokens", "completion_tokens", "message_count", "estimated")
 
 
@@ -80,6 +81,8 @@ def _counters(sk: SessionKey, group: list[UsageRecord], now: float) -> dict[str,
         "request_count": len(group),
         "total_prompt_tokens": sum(u.prompt_tokens for u in group),
         "total_completion_tokens": sum(u.completion_tokens for u in group),
+        "tip_len": latest.tip_len,
+        "tip_digest": latest.tip_digest,
     }
 
 
@@ -98,6 +101,9 @@ def _counters_upsert(dialect: str) -> Executable:
     set_: dict[str, ColumnElement[Any]] = {
         name: case((is_newer, new[name]), else_=old[name]) for name in _LAST_FIELDS
     }
+    # A request that was not digested leaves its lineage's tip where it was.
+    has_tip = and_(is_newer, new.tip_digest.is_not(None))
+    set_ |= {name: case((has_tip, new[name]), else_=old[name]) for name in _TIP}
     set_ |= {
         "model": new.model,
         "updated_at": new.updated_at,

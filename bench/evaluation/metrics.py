@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from bench.evaluation.artifacts import extract, retained, view_text
 from bench.evaluation.baselines import ArmSeries, masked_view
 from bench.evaluation.corpus import Message, Session
+from bench.evaluation.edits import edit_reads, edits_of
 from bench.evaluation.needles import needle_key
 from bench.evaluation.recall import ProbeOutcome
 from bench.evaluation.recoverable import Recoverable, recoverable_of
@@ -56,6 +57,10 @@ class ArmResult:
     errors: list[str] = field(default_factory=list)
     recoverable: Recoverable = field(default_factory=Recoverable)  # of the final view
     probes: list[ProbeOutcome] = field(default_factory=list)  # planted-fact questions
+    edits: int = 0  # file edits in the session (coding sessions)
+    # edits whose file's newest read was verbatim in the request answered with the edit,
+    # of the edits that had an earlier read
+    edit_reads: Fraction = (0, 0)
 
     @property
     def facts(self) -> Fraction:
@@ -202,6 +207,8 @@ def arm_result(arm: str, session: Session, replay: Replay) -> ArmResult:
         errors=[str(e) for e in errors[:3]],
         recoverable=recoverable_of(session.messages[:end], view, replay.archive),
         probes=replay.probes,
+        edits=edits_of(session),
+        edit_reads=edit_reads(session, replay.turns),
     )
 
 

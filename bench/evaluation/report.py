@@ -6,17 +6,20 @@ import json
 import math
 import platform
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from bench.evaluation.artifacts import KINDS as ARTIFACT_KINDS
-from bench.evaluation.metrics import ArmResult, Fraction, Retention
+from bench.evaluation.kinds import edits_table, kinds_json, kinds_table
+from bench.evaluation.metrics import ArmResult, Retention
 from bench.evaluation.needles import DEPTHS, PLACES
 from bench.evaluation.plot import plot
 from bench.evaluation.recoverable import pooled as pooled_recoverable
 from bench.evaluation.runner import ARMS, LARGE_WINDOW, EvalConfig, EvalResults, SessionResult
+from bench.evaluation.tables import Fraction, frac, pooled, share
+from bench.evaluation.tables import table as _table
 
 MAIN = "main"
 
@@ -27,19 +30,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
     return ordered[rank]
-
-
-def share(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.0f}%" if whole else "–"
-
-
-def frac(kept: Fraction) -> str:
-    return f"{kept[0]}/{kept[1]} ({share(*kept)})" if kept[1] else "–"
-
-
-def pooled(fractions: Iterable[Fraction]) -> Fraction:
-    items = list(fractions)
-    return sum(k for k, _ in items), sum(n for _, n in items)
 
 
 def artifacts_total(retention: Retention) -> Fraction:
@@ -72,14 +62,6 @@ def compressions_text(counts: dict[str, int]) -> str:
 def latency_text(values: Sequence[float]) -> str:
     cells = [percentile(values, q) for q in (0.5, 0.95)] + [max(values, default=None)]
     return " / ".join("–" if v is None else f"{v:.0f}" for v in cells)
-
-
-def _row(cells: Iterable[Any]) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    return [_row(header), _row("---" for _ in header), *(_row(r) for r in rows)]
 
 
 def _main(session: SessionResult) -> ArmResult | None:
@@ -379,6 +361,21 @@ def markdown(results: EvalResults) -> str:
         "",
         *arms_table(results),
         "",
+        "### By session kind (pooled)",
+        "",
+        *kinds_table(results),
+        "",
+        "User and constraint messages: verbatim in the final forwarded view, as in the tables "
+        "above, split into coding-agent sessions (SWE-agent text and function calling, "
+        "mini-swe-agent, OpenCode, aider) and chat or tool services (tau-bench airline). "
+        "*Newest read in view at edit*: for each file edit of a coding session (found by "
+        "compression/fileops.py on the original history) that had an earlier read, whether the "
+        "newest read's result was verbatim in the request the model answered with the edit.",
+        "",
+        "### Newest read in view at edit (coding sessions)",
+        "",
+        *edits_table(results),
+        "",
         "Added latency: time through ctxgate minus a twin simulator's time for the same forwarded "
         "bytes, per turn (in-process harness: client, ctxgate and simulators share one Python "
         "process and 2 cores; see bench/overhead.py for the SPEC §10 figure).",
@@ -425,6 +422,7 @@ def to_json(results: EvalResults) -> dict[str, Any]:
         "arms": {name: ARMS[name].description for name in results.config.arms},
         "seconds": results.seconds,
         "sessions": sessions,
+        "by_kind": kinds_json(results),
         "probes": results.probes,
     }
 

@@ -135,7 +135,7 @@ class Compactor:
         turn = turn.with_digests()
         assert turn.digests is not None
         try:
-            checkpoint = await self.store.find_checkpoint(turn.key, list(turn.digests))
+            checkpoint = await self.store.find_checkpoint(turn.root, list(turn.digests))
         except StorageError as exc:
             log.warning("checkpoint lookup failed; going on without: %s", exc)
             return turn
@@ -151,6 +151,7 @@ class Compactor:
             prefix_len=checkpoint.prefix_len,
             checkpoint_id=checkpoint.id,
             sources=checkpoint.sources,
+            checkpoint_key=checkpoint.key,
         )
 
     async def compress(
@@ -219,6 +220,7 @@ class Compactor:
                 prefix_len=len(turn.messages),
                 checkpoint_id=checkpoint_id,
                 sources=replaced.sources,
+                checkpoint_key=key.key,
             )
             done = replace(
                 done,

@@ -38,7 +38,7 @@ from proxy.core.policy import (
     probed_window,
 )
 from proxy.core.pressure import estimate_view, measure, surely_small
-from proxy.core.sessions import Sessions
+from proxy.core.sessions import Lineages, Sessions
 from proxy.core.summarizer import UpstreamSummarizer, summary_route
 from proxy.core.turn import Turn
 from proxy.doors.frontdoor import FrontDoor, Usage, WireRequest
@@ -73,6 +73,7 @@ class Conversations:
         self.models = models
         self.sessions = sessions
         self.clock = clock
+        self.lineages = Lineages(store, sessions.tips)
         c = settings.compression
         self.rules = Rules(background=c.background, max_attempts=c.max_attempts)
 
@@ -107,8 +108,11 @@ class Conversations:
         if request.passthrough:
             return turn  # the history lives on the provider: nothing here to compress
         if session is not None and session.compression_count > 0:
-            turn = await self.compactor.apply_checkpoint(turn)
-            if mark is not None and turn.view is not request.messages:
+            turn = await self.lineages.placed(await self.compactor.apply_checkpoint(turn))
+            if turn.key != key:  # another lineage: its own last view
+                mark = self.sessions.marks.get(turn.key)
+                turn = replace(turn, anchored=mark is None or mark.continued_by(turn.view))
+            elif mark is not None and turn.view is not request.messages:
                 turn = replace(turn, anchored=mark.continued_by(turn.view))
         return await self._on_arrival(turn)
 
@@ -233,6 +237,8 @@ class Conversations:
                 message_count=len(turn.view),
                 at=turn.started_at,
                 estimated=real is None,
+                tip_len=len(turn.messages) if turn.digests else None,
+                tip_digest=turn.digests[-1] if turn.digests else None,
             )
         )
         self.sessions.remember(turn)

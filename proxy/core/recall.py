@@ -10,7 +10,6 @@ and `max_tokens` tokens of archived text, and never more than the window has roo
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -27,7 +26,7 @@ from proxy.core.metrics import Metrics
 from proxy.core.turn import Turn, reservation
 from proxy.doors.frontdoor import AnswerCalls, ToolCall
 from proxy.settings import RecallSettings
-from storage import ArchivedMessage, EventRecord, SessionStore, StorageError
+from storage import EventRecord, SessionKey, SessionStore, StorageError, search_terms
 
 log = logging.getLogger("ctxgate.recall")
 
@@ -57,7 +56,6 @@ RECALL_SCHEMA: ToolSchema = {
 
 # tool_choice values that still leave the model free to call ctxgate's tool.
 _OPEN_CHOICES = frozenset({"auto", "required", "any"})
-_WORD = re.compile(r"[\w./:@#-]{2,}")
 _HITS = 5
 _MIN_OUTPUT = 1024  # output tokens a recall round leaves the answer, at least
 _MIN_USEFUL = 256  # a recall allowance smaller than this is not worth offering
@@ -118,34 +116,64 @@ def _overhead(counter: TokenCounter) -> int:
     return counter.count_text(orjson.dumps(RECALL_SCHEMA).decode()) + 64
 
 
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What one call asks for, read leniently: models fill every field, or put words where
+    a handle goes."""
+
+    kind: str  # "handle" or "query"
+    text: str
+    note: str = ""  # says what was done instead of what the arguments named
+
+
+def asked(arguments: dict[str, Any]) -> Asked | None:
+    """A handle that parses is read; one that does not is searched as words, unless a query
+    came with it (then the query is searched). None: nothing to do."""
+    wanted, query = _field(arguments, "handle"), _field(arguments, "query")
+    if wanted and parse_handles(wanted) is not None:
+        return Asked("handle", wanted)
+    if wanted and query:
+        return Asked("query", query, f"`{wanted}` is not a handle; searched for the query.")
+    if wanted:
+        return Asked("query", wanted, f"`{wanted}` is not a handle; searched for it as words.")
+    return Asked("query", query) if query else None
+
+
+def _field(arguments: dict[str, Any], name: str) -> str:
+    value = arguments.get(name)
+    return value.strip() if isinstance(value, str) else ""
+
+
 class Archive:
-    """One session's archived originals, read once per request that recalls."""
+    """One session's archived originals, read through the store per call: a handle reads
+    the rows it names, a query goes to the database's full-text index."""
 
-    def __init__(self, archived: Sequence[ArchivedMessage]) -> None:
-        # The newest copy of a position wins: a client may have changed what it resent.
-        self.messages = {a.position: cast(Message, a.message) for a in archived}
+    def __init__(self, store: SessionStore, key: SessionKey) -> None:
+        self.store = store
+        self.key = key
 
-    def answer(self, call: ToolCall, tokens: int, counter: TokenCounter) -> tuple[str, str]:
-        """The tool's answer to one call within `tokens`, and what kind of call it was."""
+    async def answer(self, call: ToolCall, tokens: int, counter: TokenCounter) -> tuple[str, str]:
+        """The tool's answer to one call within `tokens`, and what kind of call it was.
+        Raises StorageError when the archive cannot be read."""
         try:
             arguments = orjson.loads(call.arguments or "{}")
         except orjson.JSONDecodeError:
             arguments = None
         if not isinstance(arguments, dict):
             return "Arguments must be a JSON object with `handle` or `query`.", "invalid"
-        wanted = arguments.get("handle")
-        if isinstance(wanted, str) and wanted.strip():
-            return self.fetch(wanted, tokens, counter), "handle"
-        query = arguments.get("query")
-        if isinstance(query, str) and query.strip():
-            return self.search(query, tokens, counter), "query"
-        return "Pass `handle` (such as m12) or `query` (words to search for).", "invalid"
+        found = asked(arguments)
+        if found is None:
+            return "Pass `handle` (such as m12) or `query` (words to search for).", "invalid"
+        if found.kind == "handle":
+            return await self.fetch(found.text, tokens, counter), "handle"
+        return await self.search(found.text, tokens, counter, found.note), "query"
 
-    def fetch(self, wanted: str, tokens: int, counter: TokenCounter) -> str:
+    async def fetch(self, wanted: str, tokens: int, counter: TokenCounter) -> str:
         positions = parse_handles(wanted)
         if positions is None:
             return f"{wanted!r} is not a handle; handles look like m12 or m12-m15."
-        parts = [_shown(p, self.messages[p]) for p in positions if p in self.messages]
+        found = await self.store.fetch_archived(self.key, positions)
+        parts = [_shown(a.position, cast(Message, a.message)) for a in found]
         if not parts:
             return (
                 f"Nothing is archived under {wanted}: either it is still in the conversation "
@@ -153,35 +181,17 @@ class Archive:
             )
         return _within("\n\n".join(parts), tokens, counter)
 
-    def search(self, query: str, tokens: int, counter: TokenCounter) -> str:
-        terms = {w.lower() for w in _WORD.findall(query)}
-        texts = {p: _shown(p, m) for p, m in self.messages.items()}
-        ranked = _ranked(terms, texts)
-        if not ranked:
-            return f"No archived message matches {query!r}."
-        lines = [f"Archived messages matching {query!r}, best first:"]
-        lines += [f"- {_snippet(texts[p], terms)}" for p in ranked[:_HITS]]
+    async def search(self, query: str, tokens: int, counter: TokenCounter, note: str = "") -> str:
+        found = await self.store.search_archive(self.key, query, _HITS)
+        lead = f"{note}\n" if note else ""
+        if not found:
+            return f"{lead}No archived message matches {query!r}."
+        terms = set(search_terms(query).distinct())
+        shown = [_shown(a.position, cast(Message, a.message)) for a in found]
+        lines = [f"{lead}Archived messages matching {query!r}, best first:"]
+        lines += [f"- {_snippet(text, terms)}" for text in shown]
         lines.append("Read one in full with its handle.")
         return _within("\n".join(lines), tokens, counter)
-
-
-def _ranked(terms: set[str], texts: dict[int, str]) -> list[int]:
-    """Positions whose text holds the terms, best first (rarer terms weigh more; newer wins
-    ties)."""
-    if not terms:
-        return []
-    words = {p: Counter(w.lower() for w in _WORD.findall(text)) for p, text in texts.items()}
-    found = {t: sum(1 for counts in words.values() if t in counts) for t in terms}
-    scores: dict[int, float] = {}
-    for position, counts in words.items():
-        score = sum(
-            math.log(1 + len(texts) / found[t]) * (1 + math.log(counts[t]))
-            for t in terms
-            if counts[t]
-        )
-        if score:
-            scores[position] = score
-    return sorted(scores, key=lambda p: (-scores[p], -p))
 
 
 def _snippet(text: str, terms: set[str]) -> str:
@@ -280,20 +290,14 @@ class Recaller:
     async def answer(self, turn: Turn, found: AnswerCalls, left: Budget) -> tuple[Turn, Budget]:
         """The turn going on with the calls answered, and what is left to spend."""
         counter = self.counter(turn)
-        try:
-            archive = Archive(await self.store.lineage_archive(turn.key))
-        except StorageError as exc:
-            log.warning("session %s: the archive could not be read: %s", turn.key.key, exc)
-            archive = None
+        archive = Archive(self.store, turn.key)
         results: list[tuple[ToolCall, str]] = []
         tokens = left.tokens
         for call in found.calls:
-            if archive is None:
-                text, kind = "The archive cannot be read right now; go on without it.", "error"
-            elif tokens <= 0:
+            if tokens <= 0:
                 text, kind = "This request's recall budget is spent; go on without it.", "spent"
             else:
-                text, kind = archive.answer(call, tokens, counter)
+                text, kind = await _answered(archive, call, tokens, counter, turn.key)
             spent = counter.count_text(text)
             tokens -= spent
             self.metrics.recalled(kind, spent)
@@ -330,6 +334,16 @@ class Recaller:
             await self.store.add_event(event)
         except StorageError as exc:
             log.warning("session %s: a recall event was not stored: %s", last.key.key, exc)
+
+
+async def _answered(
+    archive: Archive, call: ToolCall, tokens: int, counter: TokenCounter, key: SessionKey
+) -> tuple[str, str]:
+    try:
+        return await archive.answer(call, tokens, counter)
+    except StorageError as exc:
+        log.warning("session %s: the archive could not be read: %s", key.key, exc)
+        return "The archive cannot be read right now; go on without it.", "error"
 
 
 _LAST_ROUND = "\n[No more recall in this request: answer with what you have.]"

@@ -1,5 +1,6 @@
 """What this process runs and remembers per session: the row lookup (following rotations),
-background compressions, the last view it served, when it last committed a compression.
+the lineage a request continues (see "lineages" below), background compressions, the last
+view it served, when it last committed a compression.
 
 Of each session's last view it keeps a mark (its length, first and last message: enough to
 tell whether the next request continues it) and, within a byte budget, the turn, which the
@@ -13,13 +14,14 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from compression.state import EngineState
 from compression.types import Message
 from proxy.core.turn import Turn
-from storage import SessionKey, SessionRecord, SessionStore, StorageError
+from storage import Fork, SessionKey, SessionRecord, SessionStore, StorageError
 
 log = logging.getLogger("ctxgate.sessions")
 
@@ -99,6 +101,11 @@ class Sessions:
         self.held: OrderedDict[SessionKey, HeldTurn | Turn] = OrderedDict()
         self._held_size = 0
         self._committed_at: OrderedDict[SessionKey, float] = OrderedDict()
+        # The lineage each session id's latest request continued (when not the id's own row).
+        self._latest: OrderedDict[SessionKey, SessionKey] = OrderedDict()
+        # Each lineage's tip as this process last served it: the row's own arrives with the
+        # usage write-behind, a moment later.
+        self.tips: OrderedDict[SessionKey, Tip] = OrderedDict()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def lookup(self, key: SessionKey) -> tuple[SessionKey, SessionRecord | None]:
@@ -142,6 +149,12 @@ class Sessions:
     def remember(self, turn: Turn) -> None:
         """Note the view `turn` served; hold the turn itself while the byte budget allows."""
         key, view = turn.key, turn.view
+        self._note_latest(turn.root, key)
+        if turn.digests:
+            self.tips[key] = Tip(len(turn.digests), turn.digests[-1])
+            self.tips.move_to_end(key)
+            while len(self.tips) > _REMEMBERED:
+                self.tips.popitem(last=False)
         if view:
             self.marks[key] = ViewMark(len(view), view[0], view[-1])
             self.marks.move_to_end(key)
@@ -157,9 +170,18 @@ class Sessions:
             self._release(next(iter(self.held)))
 
     def held_turn(self, key: SessionKey) -> Turn | None:
-        """The session's last turn, when this process holds it."""
-        held = self.held.get(key)
+        """The session's last turn (on whichever lineage), when this process holds it."""
+        held = self.held.get(self._latest.get(key, key))
         return held.turn() if isinstance(held, HeldTurn) else held
+
+    def _note_latest(self, root: SessionKey, key: SessionKey) -> None:
+        if root == key:
+            self._latest.pop(root, None)
+            return
+        self._latest[root] = key
+        self._latest.move_to_end(root)
+        while len(self._latest) > _REMEMBERED:
+            self._latest.popitem(last=False)
 
     def _release(self, key: SessionKey) -> None:
         dropped = self.held.pop(key, None)
@@ -184,6 +206,7 @@ class Sessions:
     def forget(self, key: SessionKey) -> None:
         """Drop what this process remembers of a deleted session; cancel its background job."""
         self.marks.pop(key, None)
+        self.tips.pop(key, None)
         self._release(key)
         self._committed_at.pop(key, None)
         job = self.jobs.pop(key, None)
@@ -195,3 +218,135 @@ class Sessions:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+# ---- lineages -------------------------------------------------------------------------
+# Which conversation of a session a request continues: its lineage.
+#
+# A derived session id is a hash of the opening, and an explicit one names a client's session,
+# not a history: two runs of one task, a rewind or an edited earlier message all arrive under
+# one id with histories that share an opening and then diverge. Each lineage keeps its own
+# checkpoints, engine state, anchor and archive (storage.lineages). A lineage's tip is the
+# client prefix of its latest request; a request continues the lineage whose tip it extends
+# (the longest such), and one that extends none starts a fork.
+#
+# Only a compressed session has lineages to tell apart (before its first compression it holds
+# no checkpoint and no archive), and its requests are digested anyway to find their checkpoint:
+# a request that extends the session row's own tip costs one comparison more; only a request on
+# another lineage reads the session's lineages, and only a new fork writes.
+
+MAX_LINEAGES = 8
+_TAG = 12  # hex digits of the fork's first digest in its key
+
+
+@dataclass(frozen=True, slots=True)
+class Tip:
+    """A lineage's latest client prefix: its length and chained digest."""
+
+    length: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The lineage a request continues, or the fork it starts (`fork` set)."""
+
+    record: SessionRecord | None
+    fork: Fork | None = None
+
+
+def extends(
+    record: SessionRecord, digests: Sequence[str], served: Mapping[SessionKey, Tip]
+) -> int | None:
+    """How long a tip of `record` the request extends (0: no tip recorded), else None. The
+    tip is the longer of the row's and the one this process served last (`served`)."""
+    length, digest = record.tip_len, record.tip_digest
+    mine = served.get(record.sk)
+    if mine is not None and mine.length > (length or 0):
+        length, digest = mine.length, mine.digest
+    if not length or digest is None:
+        return 0
+    if length <= len(digests) and digests[length - 1] == digest:
+        return length
+    return None
+
+
+def place(
+    turn: Turn,
+    lineages: Sequence[SessionRecord],
+    served: Mapping[SessionKey, Tip],
+    max_lineages: int,
+) -> Placement:
+    """The lineage whose tip the request extends furthest, else a fork of the row holding the
+    checkpoint the request uses (which it shares its first `prefix_len` messages with)."""
+    digests = turn.digests
+    assert digests is not None and turn.session is not None
+    best: SessionRecord | None = None
+    reach = -1
+    for record in lineages:
+        length = extends(record, digests, served)
+        if length is not None and length > reach:
+            best, reach = record, length
+    if best is not None:
+        return Placement(best)
+    root = turn.root
+    inherited = turn.checkpoint_key is not None
+    return Placement(
+        None,
+        Fork(
+            root=root,
+            key=f"{root.key}#{digests[-1][:_TAG]}",
+            model=turn.request.model,
+            fork_of=turn.checkpoint_key,
+            fork_len=turn.prefix_len if inherited else 0,
+            tip_len=len(digests),
+            tip_digest=digests[-1],
+            engine_state=fork_state(turn.state).to_json(),
+            max_lineages=max_lineages,
+        ),
+    )
+
+
+def fork_state(state: EngineState) -> EngineState:
+    """A new lineage's engine state: what concerns the summary model (its failures and
+    cooldown, its calibration) carries over; what judged the other lineage's views does not."""
+    return EngineState(
+        cooldown_until=state.cooldown_until,
+        cooldown_reason=state.cooldown_reason,
+        failure_streak=dict(state.failure_streak),
+        summary_calibration=state.summary_calibration,
+    )
+
+
+class Lineages:
+    def __init__(
+        self,
+        store: SessionStore,
+        served: Mapping[SessionKey, Tip],
+        max_lineages: int = MAX_LINEAGES,
+    ) -> None:
+        self.store = store
+        self.served = served  # `Sessions.tips`
+        self.max_lineages = max_lineages
+
+    async def placed(self, turn: Turn) -> Turn:
+        """The turn on the lineage it continues (a new fork when it continues none). Needs the
+        turn's digests and checkpoint (`Compactor.apply_checkpoint`)."""
+        session = turn.session
+        digests = turn.digests
+        if session is None or digests is None or extends(session, digests, self.served) is not None:
+            return turn
+        try:
+            lineages = await self.store.live_lineages(turn.root)
+            found = place(turn, lineages, self.served, self.max_lineages)
+            record = found.record
+            if found.fork is not None:
+                record = await self.store.fork_lineage(found.fork)
+        except StorageError as exc:
+            log.warning("lineage lookup failed; going on in the session's row: %s", exc)
+            return turn
+        assert record is not None
+        if record.sk == turn.key:
+            return turn
+        state = EngineState.from_json(record.engine_state)
+        return replace(turn, key=record.sk, session=record, state=state)

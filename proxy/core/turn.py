@@ -50,6 +50,7 @@ class Turn:
     # None when the checkpoint was stored before checkpoints recorded it.
     sources: tuple[int | None, ...] | None = ()
     checkpoint_id: int | None = None
+    checkpoint_key: str | None = None  # the session row (lineage) holding that checkpoint
     max_tokens: int | None = None
     estimate: int | None = None  # ctxgate's token figure for the view, when computed
     started_at: float = 0.0
@@ -64,6 +65,12 @@ class Turn:
     @property
     def messages(self) -> list[Message]:
         return self.request.messages
+
+    @property
+    def root(self) -> SessionKey:
+        """The client's session id: every lineage and rotation of the session is under it."""
+        session = self.session
+        return session.root if session is not None else self.key
 
     @property
     def view_changed(self) -> bool:
@@ -82,6 +89,7 @@ class Turn:
         prefix_len: int,
         checkpoint_id: int | None,
         sources: tuple[int | None, ...] | None = (),
+        checkpoint_key: str | None = None,
     ) -> Turn:
         """The turn forwarding `view`: a checkpoint's replacement (whose messages hold the
         client positions `sources` verbatim) plus the client messages after its first
@@ -93,6 +101,7 @@ class Turn:
             replacement_len=len(view) - (len(self.messages) - prefix_len),
             sources=sources,
             checkpoint_id=checkpoint_id,
+            checkpoint_key=checkpoint_key,
             estimate=None,
         )
 

@@ -289,12 +289,16 @@ async def test_state_round_trips_through_json() -> None:
 
 
 async def test_options_shape_the_pass() -> None:
-    engine = Compressor(CompressorOptions(max_user_messages_carried=1))
-    out = await engine.compress(
-        agent_session(rounds=6), context(summarize=ScriptedSummarizer(), now=NOW)
-    )
-    parsed = parse_handoff(summaries(out.messages)[0])
-    assert parsed is not None and len(parsed.handoff.user_messages) == 1
+    carried = []
+    for share in (0.5, 0.0001):
+        engine = Compressor(CompressorOptions(user_share=share))
+        out = await engine.compress(
+            agent_session(rounds=6), context(summarize=ScriptedSummarizer(), now=NOW)
+        )
+        parsed = parse_handoff(summaries(out.messages)[0])
+        assert parsed is not None
+        carried.append(len(parsed.handoff.user_messages))
+    assert carried[0] > carried[1] == 0
 
 
 async def test_malformed_tool_calls_do_not_break_a_pass() -> None:

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from compression.compressor import Compressor
+from compression.content import clip_middle
 from compression.engine import SummaryReply
 from compression.handles import (
     parse_handles,
@@ -17,7 +18,7 @@ from compression.handles import (
     with_handles,
     without_archive_line,
 )
-from compression.handoff import handoff_text, parse_handoff
+from compression.handoff import Handoff, handoff_text, parse_handoff, render_handoff
 from compression.options import CompressorOptions
 from compression.prompts import END_MARKER, SUMMARY_PREFIX
 from compression.types import Message
@@ -27,7 +28,7 @@ from tests.compression.counters import CharCounter
 from tests.compression.summarizers import ScriptedSummarizer
 from tests.compression.test_properties import SCRIPTS, transcript
 
-ENGINE = Compressor(CompressorOptions(max_user_messages_carried=100))
+ENGINE = Compressor(CompressorOptions())
 _NAMED = re.compile(r"m\d+(?:-m\d+)?")
 
 
@@ -74,6 +75,28 @@ def test_a_summary_reads_back_without_its_archive_line() -> None:
     again = with_handles(out, [0, None, None], [1, 2], client)
     assert again[1]["content"] == out[1]["content"]  # no second line
     assert again[2]["content"] == out[2]["content"]  # no second suffix
+
+
+def test_a_clipped_user_message_the_summary_carries_names_its_original() -> None:
+    ask = "Keep the public API stable. " + "background " * 300 + "Ship by Friday."
+    clipped = clip_middle(ask, 200)
+    summary: Message = {
+        "role": "user",
+        "content": render_handoff(Handoff("## Goal\nship it", ("short ask", clipped))),
+    }
+    client: list[Message] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "short ask"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": ask},
+        {"role": "assistant", "content": "done"},
+    ]
+    out = with_handles([client[0], summary, client[4]], [0, None, 4], [1, 2, 3], client)
+    parsed = parse_handoff(handoff_text(out[1]) or "")
+    assert parsed is not None
+    assert parsed.handoff.user_messages == ("short ask", clipped + rewritten_suffix(3))
+    again = with_handles(out, [0, None, 4], [1, 2, 3], client)
+    assert again[1]["content"] == out[1]["content"]  # named once
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -21,7 +21,7 @@ from tests.compression.summarizers import SUMMARY_BODY, ScriptedSummarizer
 WORDS = st.text(alphabet="abcdefghij klmnop\n", min_size=0, max_size=60)
 IDS = st.sampled_from([f"call_{n}" for n in range(6)])  # a small pool: ids get reused
 IMAGE: ContentPart = {"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}}
-ENGINE = Compressor(CompressorOptions(max_user_messages_carried=100))
+ENGINE = Compressor(CompressorOptions())
 RECORD_IDS = st.sampled_from(["", " rec_0001", " id=ab_1234", " see /repo/src/app.py", " HAT136"])
 OBSERVATION = "<returncode>"
 

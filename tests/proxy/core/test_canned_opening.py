@@ -54,4 +54,8 @@ def test_the_canned_opening_is_kept_and_the_users_request_carried(db_path: str) 
         assert all(not u.startswith(aider.RESET) for u in users)
     last = [parse_handoff(t) for t in (handoff_text(m) for m in summarized[-1]) if t]
     assert last and last[0] is not None
-    assert last[0].handoff.user_messages[0] == ASKS[0]
+    # Every ask is in view verbatim: carried (oldest first), or quoted by the summary itself.
+    carried = last[0].handoff.user_messages
+    seen = "\n".join(str(m.get("content")) for m in summarized[-1])
+    assert [ask for ask in ASKS if ask not in seen] == []
+    assert list(carried) == [ask for ask in ASKS if ask in carried]

@@ -20,10 +20,11 @@ import pytest
 
 from proxy.core.identity import scope_for
 from proxy.core.recall import Archive
-from storage import ArchivedMessage
+from storage import SessionKey, SessionStore
 from tests.compression.counters import CharCounter
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Fail, ModelSpec, Reply, Simulator, is_summary_request
+from tests.storage.factories import chain_digests, commit
 
 WINDOW = 8192
 MODEL = "recall-8k"
@@ -286,27 +287,69 @@ def test_a_failing_round_falls_back_to_the_request_without_recall(
     assert turns[-1].body["messages"] == turns[-3].body["messages"]
 
 
-def test_a_search_shows_where_the_words_meet() -> None:
+@pytest.mark.parametrize(
+    ("arguments", "note"),
+    [
+        ({"query": "REVIEW.md:"}, ""),  # punctuation after an id or a path is not part of it
+        (
+            {"handle": "the review notes", "query": "REVIEW.md."},
+            "`the review notes` is not a handle; searched for the query.",
+        ),
+        ({"handle": "REVIEW.md"}, "`REVIEW.md` is not a handle; searched for it as words."),
+    ],
+    ids=["trailing-colon", "handle-beside-a-query", "words-as-a-handle"],
+)
+def test_a_search_finds_what_the_arguments_name(
+    sim: Simulator, tmp_path: Any, arguments: dict[str, str], note: str
+) -> None:
+    """The model's arguments are read leniently; the answer says what was done."""
+
+    def searching(body: dict[str, Any]) -> Reply | None:
+        if is_summary_request(body) or not offered(body):
+            return None
+        last = body["messages"][-1]
+        if last.get("role") == "tool":
+            return Reply(content=str(last["content"]))
+        return Reply(tool_calls=[{"name": TOOL, "arguments": arguments}])
+
+    sim.responder = searching
+    with proxy_for(sim, tmp_path) as proxy:
+        text, _, headers = ask(client_for(proxy), stream=False)
+    assert headers["x-ctxgate-recalls"] == "1"
+    lines = text.splitlines()
+    if note:
+        assert lines.pop(0) == note
+    assert lines[0].startswith("Archived messages matching")
+    assert re.match(r"- m\d+ \(tool result for call_2\): .*REVIEW\.md", lines[1])
+
+
+async def test_a_search_shows_where_the_words_meet(tmp_path: Any) -> None:
     """The snippet is taken where most of the query's words fall together, not at the first
     place one of them appears (a path naming 'backup' long before the answer)."""
     noise = "config read from /etc/backup/passwd and /srv/backup.tar; " * 20
-    archive = Archive(
-        [
-            ArchivedMessage(4, {"role": "tool", "tool_call_id": "c4", "content": noise}, 1, 0.0),
-            ArchivedMessage(
-                7,
-                {
-                    "role": "tool",
-                    "tool_call_id": "c7",
-                    "content": noise + "The backup of the north gate uses code NG-7731.",
-                },
-                1,
-                0.0,
-            ),
-        ]
-    )
-    found = archive.search("north gate backup code", 500, CharCounter())
+    sk = SessionKey("scope", "words")
+    archived = [
+        (4, {"role": "tool", "tool_call_id": "c4", "content": noise}),
+        (
+            7,
+            {
+                "role": "tool",
+                "tool_call_id": "c7",
+                "content": noise + "The backup of the north gate uses code NG-7731.",
+            },
+        ),
+    ]
+    store = await SessionStore.open(f"sqlite+aiosqlite:///{tmp_path}/archive.db")
+    try:
+        digests = chain_digests(archived)
+        await store.commit_compression(commit(sk, digests, 2, archived=archived))
+        archive = Archive(store, sk)
+        found = await archive.search("north gate backup code", 500, CharCounter())
+        fetched = await archive.fetch("m4", 500, CharCounter())
+        missing = await archive.fetch("m5", 500, CharCounter())
+    finally:
+        await store.close()
     first = found.splitlines()[1]
     assert first.startswith("- m7 (tool result for c7):") and "NG-7731" in first
-    assert archive.fetch("m4", 500, CharCounter()).startswith("m4 (tool result for c4):\n")
-    assert "Nothing is archived under m5" in archive.fetch("m5", 500, CharCounter())
+    assert fetched.startswith("m4 (tool result for c4):\n")
+    assert "Nothing is archived under m5" in missing

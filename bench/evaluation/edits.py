@@ -1,0 +1,82 @@
+"""Session kinds, and whether the file an agent edits was still in view when it edited.
+
+An edit's old text must match the file. For each edit a coding session makes (found by
+`compression.fileops` on the ORIGINAL history), the request the model answered with that edit
+is the one to look at: was the newest read of the file (its result, verbatim) forwarded in it?
+If not, the model had to rebuild the file from memory or recall it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from bench.evaluation.artifacts import view_text
+from bench.evaluation.corpus import Session
+from bench.evaluation.replay import Turn
+from compression.content import content_text
+from compression.fileops import FileOp, file_ops
+from compression.types import Message
+
+Fraction = tuple[int, int]  # (kept, total)
+
+CODING = "coding agent"
+SERVICE = "chat or tool service"
+# SWE-agent text and function-calling, mini-swe-agent (in swe-text), OpenCode and aider (agents)
+GROUPS: dict[str, str] = {"swe-text": CODING, "swe-fc": CODING, "agents": CODING, "tau": SERVICE}
+
+
+def group_of(kind: str) -> str:
+    return GROUPS.get(kind, kind)
+
+
+def edit_reads(session: Session, turns: Sequence[Turn]) -> Fraction:
+    """(edits whose newest earlier read was verbatim in the request that preceded them, edits
+    with such a read). An edit with no earlier read, or whose request was not answered, is
+    not counted."""
+    if group_of(session.kind) != CODING:
+        return 0, 0
+    ops = file_ops(cast(list[Message], session.messages))
+    answered = {t.end: t for t in turns if t.forwarded is not None}
+    points = session.points()
+    kept = counted = 0
+    for edit in (op for op in ops if op.kind == "edit"):
+        turn = answered.get(_request_before(points, edit.call))
+        read = _newest_read(session, ops, edit, turn.end) if turn is not None else None
+        if turn is None or turn.forwarded is None or read is None:
+            continue
+        counted += 1
+        kept += read in view_text(turn.forwarded.messages)
+    return kept, counted
+
+
+def edits_of(session: Session) -> int:
+    """Every edit the session makes (coding sessions only), counted or not."""
+    if group_of(session.kind) != CODING:
+        return 0
+    ops = file_ops(cast(list[Message], session.messages))
+    return sum(1 for op in ops if op.kind == "edit")
+
+
+def _request_before(points: Sequence[int], call: int) -> int:
+    """The end of the request the model answered with message `call` (the newest request
+    ending at or before it); -1 when there is none."""
+    return max((end for end in points if end <= call), default=-1)
+
+
+def _newest_read(session: Session, ops: Sequence[FileOp], edit: FileOp, end: int) -> str | None:
+    """The text of the newest read of the edited file whose result the request held (None
+    when there is none, or it came back empty: nothing to keep in view)."""
+    reads = [
+        op
+        for op in ops
+        if op.kind == "read"
+        and op.path == edit.path
+        and op.call < edit.call
+        and op.result is not None
+        and op.result < end
+    ]
+    if not reads or reads[-1].result is None:
+        return None
+    text = content_text(cast(Message, session.messages[reads[-1].result]))
+    return text if text.strip() else None

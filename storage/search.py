@@ -1,0 +1,269 @@
+"""The archive's full-text index and the reads recall makes of the archive.
+
+SQLite keeps an FTS5 table ranked by bm25, PostgreSQL a tsvector column under a GIN index
+ranked by ts_rank. Either holds, per archived row (same id), the terms of `storage.terms` for
+the message as the model saw it: whole terms in one place, their parts in another that weighs
+less. Rows are indexed in the transaction that archives them and leave the index with them (a
+trigger on SQLite, a cascading key on PostgreSQL). A search ranks only the rows the index
+finds (one index for the database: every session's) and reads back `limit` of them, so its
+cost follows the matches, not the archive's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, TextClause, event, select, text
+
+from storage import codec
+from storage.inline import Executor
+from storage.records import ArchivedMessage, Message
+from storage.tables import archived_messages
+from storage.terms import Identifier, Terms, search_terms
+
+TABLE = "archive_search"
+MAX_QUERY_IDENTIFIERS = 16
+_MAX_TSVECTOR = 400_000  # characters; PostgreSQL refuses a tsvector over 1 MB
+_MAX_POSITIONS = 8  # per lexeme: ts_rank's weight of repeats flattens out long before this
+_MAX_POSITION = 16383  # PostgreSQL's largest
+_BACKFILL_BATCH = 1000
+
+_SQLITE_DDL = (
+    # tokenchars: a whole term stays one token; FTS5 reads a query's phrase the same way.
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5("
+    "whole, parts, tokenize = \"unicode61 tokenchars '-./:@#+~_'\")",
+    f"CREATE TRIGGER IF NOT EXISTS {TABLE}_forget AFTER DELETE ON archived_messages "
+    f"BEGIN DELETE FROM {TABLE} WHERE rowid = old.id; END",
+)
+_POSTGRES_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} ("
+    "id INTEGER PRIMARY KEY REFERENCES archived_messages(id) ON DELETE CASCADE, "
+    "terms TSVECTOR NOT NULL)",
+    # fastupdate off: new entries go into the index itself, not a pending list that every
+    # search reads through until a vacuum merges it (searches grew with recent writes).
+    f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_terms ON {TABLE} USING gin (terms) "
+    "WITH (fastupdate = off)",
+)
+
+# (archived_messages.session_id, client positions below which its rows count; None: all)
+Span = tuple[int, int | None]
+
+_COLUMNS = "a.position, a.message, a.checkpoint_id, a.archived_at"
+# CROSS JOIN keeps SQLite from walking the session's rows and probing the index with each.
+_SQLITE_SEARCH = (
+    f"SELECT {_COLUMNS} FROM {TABLE} CROSS JOIN archived_messages AS a "
+    f"WHERE {TABLE} MATCH :query AND a.id = {TABLE}.rowid AND {{spans}} AND {{newest}} "
+    f"ORDER BY bm25({TABLE}, 1.0, 0.4), a.position DESC LIMIT :limit"
+)
+# The GIN index first (MATERIALIZED), then each hit's row by its key (the LATERAL subquery,
+# which OFFSET 0 keeps whole): a planner that misjudges a fresh table's size would rather hash
+# every row of the session.
+_POSTGRES_SEARCH = (
+    f"WITH s AS MATERIALIZED (SELECT id, ts_rank(terms, CAST(:query AS tsquery)) AS rank "
+    f"FROM {TABLE} WHERE terms @@ CAST(:query AS tsquery)) "
+    f"SELECT {_COLUMNS} FROM s CROSS JOIN LATERAL (SELECT {_COLUMNS} "
+    "FROM archived_messages AS a WHERE a.id = s.id AND {spans} AND {newest} OFFSET 0) AS a "
+    "ORDER BY s.rank DESC, a.position DESC LIMIT :limit"
+)
+_INSERT = {
+    "sqlite": f"INSERT INTO {TABLE} (rowid, whole, parts) VALUES (:id, :whole, :parts)",
+    "postgresql": f"INSERT INTO {TABLE} (id, terms) VALUES (:id, CAST(:terms AS tsvector))",
+}
+
+
+def create(conn: Connection) -> None:
+    """The index's table (and on SQLite its trigger), when missing."""
+    ddl = _POSTGRES_DDL if conn.dialect.name == "postgresql" else _SQLITE_DDL
+    for statement in ddl:
+        conn.execute(text(statement))
+
+
+@event.listens_for(archived_messages, "after_create")
+def _created(_table: Any, conn: Connection, **_kw: Any) -> None:
+    # A fresh database records every migration as applied: the index comes with the archive.
+    create(conn)
+
+
+def rebuild(conn: Connection) -> None:
+    """Create the index and fill it from every archived row (a migration step)."""
+    create(conn)
+    conn.execute(text(f"DELETE FROM {TABLE}"))
+    a = archived_messages.c
+    last = 0
+    while True:
+        batch = conn.execute(
+            select(a.id, a.message).where(a.id > last).order_by(a.id).limit(_BACKFILL_BATCH)
+        ).all()
+        if not batch:
+            return
+        rows = [(int(row.id), codec.loads(row.message)) for row in batch]
+        conn.execute(_insert(conn.dialect.name), _index_rows(conn.dialect.name, rows))
+        last = rows[-1][0]
+
+
+async def index(conn: Executor, rows: Sequence[tuple[int, Message]]) -> None:
+    """Index newly archived rows: (archived_messages.id, message)."""
+    if rows:
+        dialect = conn.dialect.name
+        await conn.execute(_insert(dialect), _index_rows(dialect, rows))
+
+
+async def search(
+    conn: Executor, spans: Sequence[Span], query: str, limit: int
+) -> list[ArchivedMessage]:
+    """The archived messages of a lineage's `spans` that match `query` best, best first (a
+    later position first among equals): those holding each of the query's words and
+    identifiers (as terms of their own: see storage.terms); when none does, those holding
+    any of them or all of one's parts, the more the better. The strict reading first keeps
+    an id's common parts (`res` of `RES-0042`) from ranking half the archive."""
+    groups = _groups(search_terms(query))
+    if not groups or not spans or limit <= 0:
+        return []
+    dialect = conn.dialect.name
+    strict = _expression(dialect, groups, "AND", parts=False)
+    found = await _search(conn, spans, strict, limit)
+    loose = _expression(dialect, groups, "OR", parts=True)
+    if found or loose == strict:
+        return found
+    return await _search(conn, spans, loose, limit)
+
+
+async def _search(
+    conn: Executor, spans: Sequence[Span], expression: str, limit: int
+) -> list[ArchivedMessage]:
+    sql = _SQLITE_SEARCH if conn.dialect.name == "sqlite" else _POSTGRES_SEARCH
+    # Only the newest copy of a position is found: a client may have changed what it resent.
+    newest = (
+        "NOT EXISTS (SELECT 1 FROM archived_messages AS b WHERE b.position = a.position "
+        f"AND b.id > a.id AND {_spans_sql('b', spans)})"
+    )
+    statement = text(sql.format(spans=_spans_sql("a", spans), newest=newest))
+    params = {"query": expression, "limit": limit, **_spans_params(spans)}
+    return [_archived(row) for row in await conn.execute(statement, params)]
+
+
+async def fetch(
+    conn: Executor, spans: Sequence[Span], positions: Sequence[int]
+) -> list[ArchivedMessage]:
+    """The newest archived copy of each of `positions` in a lineage's `spans`, by position
+    (positions nothing was archived at left out)."""
+    if not spans or not positions:
+        return []
+    a = archived_messages.c
+    statement = (
+        select(a.position, a.message, a.checkpoint_id, a.archived_at)
+        .where(text(_spans_sql("archived_messages", spans)), a.position.in_(list(positions)))
+        .order_by(a.position, a.id)
+    )
+    found = await conn.execute(statement, _spans_params(spans))
+    newest = {row.position: row for row in found}
+    return [_archived(row) for _, row in sorted(newest.items())]
+
+
+def _spans_sql(alias: str, spans: Sequence[Span]) -> str:
+    """The rows of `spans` as a condition on `alias`, parameters named by `_spans_params`."""
+    conditions = [
+        f"{alias}.session_id = :span{i}"
+        + ("" if cap is None else f" AND {alias}.position < :cap{i}")
+        for i, (_, cap) in enumerate(spans)
+    ]
+    return "(" + " OR ".join(f"({c})" for c in conditions) + ")"
+
+
+def _spans_params(spans: Sequence[Span]) -> dict[str, int]:
+    params: dict[str, int] = {}
+    for i, (row_id, cap) in enumerate(spans):
+        params[f"span{i}"] = row_id
+        if cap is not None:
+            params[f"cap{i}"] = cap
+    return params
+
+
+def message_text(message: Message) -> str:
+    """What the model saw of an archived message: its text and the calls it made."""
+    content: Any = message.get("content")
+    pieces: list[str] = []
+    if isinstance(content, str):
+        pieces.append(content)
+    elif isinstance(content, list):
+        pieces += [
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            pieces += [str(function.get("name") or ""), str(function.get("arguments") or "")]
+    return "\n".join(pieces)
+
+
+def _insert(dialect: str) -> TextClause:
+    return text(_INSERT["postgresql" if dialect == "postgresql" else "sqlite"])
+
+
+def _index_rows(dialect: str, rows: Sequence[tuple[int, Message]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for row_id, message in rows:
+        terms = search_terms(message_text(message) if isinstance(message, dict) else "")
+        if dialect == "postgresql":
+            out.append({"id": row_id, "terms": _tsvector(terms)})
+        else:
+            out.append(
+                {"id": row_id, "whole": " ".join(terms.whole), "parts": " ".join(terms.parts)}
+            )
+    return out
+
+
+def _tsvector(terms: Terms) -> str:
+    """A tsvector literal: whole terms weigh A, parts B; positions count repeats."""
+    positions: dict[str, list[str]] = {}
+    size = 0
+    weighted = [(t, "A") for t in terms.whole] + [(t, "B") for t in terms.parts]
+    for at, (term, weight) in enumerate(weighted, start=1):
+        held = positions.get(term)
+        if held is None:
+            size += len(term) + 16
+            if size > _MAX_TSVECTOR:
+                continue
+            held = positions[term] = []
+        if len(held) < _MAX_POSITIONS:
+            held.append(f"{min(at, _MAX_POSITION)}{weight}")
+    return " ".join(f"{_quoted(term)}:{','.join(at)}" for term, at in positions.items())
+
+
+def _groups(terms: Terms) -> list[Identifier]:
+    """The query's identifiers, each once, at most MAX_QUERY_IDENTIFIERS of them."""
+    return list(dict.fromkeys(terms.identifiers))[:MAX_QUERY_IDENTIFIERS]
+
+
+def _expression(
+    dialect: str, groups: Sequence[Identifier], conjunction: str, *, parts: bool
+) -> str:
+    """FTS5's MATCH text or a tsquery: each identifier (with `parts`: or all its parts;
+    without a whole, always its parts), the identifiers joined by `conjunction`."""
+    postgres = dialect == "postgresql"
+    quoted = _quoted if postgres else _phrase
+    ops = {"AND": " & ", "OR": " | "} if postgres else {"AND": " AND ", "OR": " OR "}
+    found = []
+    for group in groups:
+        options = [quoted(group.whole)] if group.whole is not None else []
+        if group.parts and (parts or not options):
+            options.append("(" + ops["AND"].join(quoted(p) for p in group.parts) + ")")
+        found.append(options[0] if len(options) == 1 else "(" + ops["OR"].join(options) + ")")
+    return ops[conjunction].join(found)
+
+
+def _quoted(term: str) -> str:
+    """A lexeme as tsvector and tsquery input read it, taken as it is."""
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _phrase(term: str) -> str:
+    # A quoted phrase: FTS5 reads no operator or column name inside one.
+    return '"' + term.replace('"', '""') + '"'
+
+
+def _archived(row: Row[Any]) -> ArchivedMessage:
+    return ArchivedMessage(
+        row.position, codec.loads(row.message), row.checkpoint_id, row.archived_at
+    )

@@ -1,0 +1,89 @@
+"""Recognising user messages that state or change an instruction."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compression.instructions import SCAN_CHARS, states_instruction
+
+# Real phrasings: what users of coding agents and chat services write when they set a rule,
+# correct the agent or change their mind mid-session.
+INSTRUCTIONS = [
+    "From now on, write every log line in JSON instead of plain text.",
+    "Don't touch the migrations folder; use the fixtures rather than the live database.",
+    "Never push to main.",
+    "Only change files under src/.",
+    "Use pnpm, not npm.",
+    "Actually, let's go with SQLite for now.",
+    "No, that's the wrong file. It's config/settings.py.",
+    "Wait, stop. Revert that last change.",
+    "Please keep the public API stable.",
+    "Make sure the tests pass before you commit.",
+    "Switch to the staging endpoint.",
+    "Going forward, answer in British English.",
+    "Scratch that: the deadline is Friday.",
+    "That's not what I asked for.",
+    "I want the cheapest flight, not the fastest but the cheapest one.",
+    "You must not cancel the reservation without asking me.",
+    "Avoid adding new dependencies.",
+    "Remember to update the changelog.",
+    "Désormais, réponds en français.",
+    "N'utilise pas de bibliothèque externe.",
+    "Verwende ab jetzt pytest statt unittest.",
+    "Bitte niemals direkt auf main pushen.",
+    "A partir de ahora usa español, no inglés.",
+    "Nunca modifiques el archivo de configuración.",
+    "Não altere os testes, apenas o código.",
+    "不要修改迁移文件。",
+    "以后都用中文回答。",
+    "改用 PostgreSQL，而不是 MySQL。",
+    "テストは変更しないで。",
+    "今後はTypeScriptで書いて。",
+    "반드시 테스트를 먼저 실행해.",
+]
+ORDINARY = [
+    "ok, go on",
+    "looks good, next the parser",
+    "Thanks!",
+    "what does this function do?",
+    "Run the tests.",
+    "Please fix the bug in parser.py",
+    "Here is the traceback:\nTraceback (most recent call last):\n  File 'a.py'",
+    "The output is commonly wrong in this area.",
+    "yes",
+    "My user id is mia_li_3668.",
+    "Can you explain the difference between these two approaches?",
+    "Continue.",
+]
+
+
+@pytest.mark.parametrize("text", INSTRUCTIONS)
+def test_instructions_are_recognised(text: str) -> None:
+    assert states_instruction(text)
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_messages_are_not(text: str) -> None:
+    assert not states_instruction(text)
+
+
+@given(st.text(max_size=600))
+def test_any_text_is_read_without_error(text: str) -> None:
+    assert states_instruction(text) in (True, False)
+
+
+@given(st.sampled_from(INSTRUCTIONS), st.text(alphabet="abc \n", max_size=200))
+def test_pasted_material_after_an_instruction_does_not_hide_it(rule: str, paste: str) -> None:
+    assert states_instruction(f"{rule}\n\n{paste}")
+
+
+@given(st.sampled_from(INSTRUCTIONS))
+def test_case_does_not_matter(rule: str) -> None:
+    assert states_instruction(rule.upper()) and states_instruction(rule.lower())
+
+
+def test_only_the_head_of_a_long_message_is_read() -> None:
+    # Rules are stated up front; a constraint word deep in pasted material is the material's.
+    assert not states_instruction("x " * SCAN_CHARS + "never")
