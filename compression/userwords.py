@@ -17,7 +17,7 @@ so the response can say so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from compression.content import clip_middle
@@ -182,9 +182,3 @@ def clip(text: str, allowance: int, count: Callable[[str], int]) -> str | None:
             return clipped
         limit = int(limit * 0.85)
     return None
-
-
-def positions(selection: Selection, candidates: Iterable[Carried]) -> list[int | None]:
-    """The view positions of the carried texts, in their order (None for a re-quoted one)."""
-    by_text = {c.text: c.index for c in candidates}
-    return [by_text.get(text) for text in selection.texts]

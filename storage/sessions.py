@@ -62,25 +62,6 @@ async def create_child(
     return int(child_id.scalar_one())
 
 
-async def lineage(conn: AsyncConnection, sk: SessionKey, limit: int = 1000) -> list[int]:
-    """Row ids of the session and of the sessions it was rotated from, newest first."""
-    found: list[int] = []
-    key: str | None = sk.key
-    while key is not None and len(found) < limit:
-        row = (
-            await conn.execute(
-                select(sessions.c.id, sessions.c.parent_key).where(
-                    where_key(SessionKey(sk.scope, key))
-                )
-            )
-        ).first()
-        if row is None or row.id in found:
-            break
-        found.append(int(row.id))
-        key = row.parent_key
-    return found
-
-
 # Built once: building the statement costs more than SQLite's answer to it.
 _GET = select(sessions).where(
     (sessions.c.scope == bindparam("scope")) & (sessions.c.key == bindparam("key"))

@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from proxy.core.identity import scope_for
+from tests.proxy.core.test_recall import TOOLS
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
 
@@ -30,16 +31,6 @@ QUESTION = "Where does the design review happen?"
 FACT_A = "the blue lagoon room"
 FACT_B = "the red canyon hall"
 FACT_A2 = "the green valley annex"
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
 # Position of the step-2 tool result: system, user, then an (assistant, tool) pair per step.
 FACT_POSITION = 7
 
