@@ -27,7 +27,8 @@ from compression import (
     SummaryCall,
     SummaryReply,
     anchors,
-    carry,
+    fileops,
+    instructions,
     observations,
 )
 from compression.types import Message
@@ -120,8 +121,9 @@ def main() -> None:
     for _ in range(max(3, args.runs // 4)):
         if hasattr(count, "clear_cache"):
             count.clear_cache()
-        for module in (anchors, carry, observations):
+        for module in (anchors, fileops, observations):
             module.clear_caches()  # memoized scans of the turns: cold means none of them either
+        instructions.clear_cache()
         elapsed, result = asyncio.run(one_pass(engine, history, count, args.context_length))
         cold.append(elapsed)
     warm = [

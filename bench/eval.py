@@ -20,9 +20,12 @@ overflow errors at the client, structural validity of every forwarded request, b
 tokens (summary calls included), fit, retention of user messages (constraint-stating ones and
 the original request too) / artifacts / planted needles in the final forwarded view (also
 by session kind: coding agent vs chat or tool service), whether the newest read of a file was
-in the request the model answered with an edit of it, prompt-cache prefix reuse, compressions
-by trigger, added latency with background compression on and off. Writes eval.json, eval.md
-and eval.png under --out (default bench/results/) and prints the Markdown tables.
+in the request the model answered with an edit of it, prompt-cache prefix reuse, money beside
+tokens (prompt tokens priced with cache tiers, OpenAI- and Anthropic-style), compressions
+by trigger, added latency with background compression on and off, and shadow agreement per
+window (ctxgate's shadow checks on a replay answered by the simulator's in-view model,
+deterministic and sampled: B vs A agreement beside the A' vs A noise floor). Writes eval.json,
+eval.md and eval.png under --out (default bench/results/) and prints the Markdown tables.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def config_from(args: argparse.Namespace) -> EvalConfig:
         show_progress=not args.no_progress,
         llama_url=llama,
         quick=args.quick,
+        shadow=not args.no_shadow,
     )
 
 
@@ -99,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--no-shadow", action="store_true", help="skip the shadow-agreement replays"
+    )
     return parser.parse_args(argv)
 
 

@@ -21,7 +21,8 @@ from compression.carry import carry_need, carry_section
 from compression.content import content_text
 from compression.engine import ClippedMessage, CompressionContext, CompressionResult, Outcome
 from compression.failures import SummaryFailure, cooldown_seconds
-from compression.handoff import Handoff, handoff_text, view_summaries
+from compression.fileops import FileOp, file_ops
+from compression.handoff import Handoff, handoff_text, user_text, view_summaries
 from compression.invariants import CompressionInvariantError, check_invariants
 from compression.ledger import Ledger
 from compression.middle import MiddleSummary, summarize_middle
@@ -41,6 +42,8 @@ from compression.planning import (
 )
 from compression.preamble import fixed_end
 from compression.pruning import clip_outputs, prune_messages
+from compression.reads import FileRead, files_need, newest_reads, read_candidates, select_files
+from compression.reads import superseded as superseded_reads
 from compression.state import (
     EngineState,
     blocked_reason,
@@ -82,6 +85,8 @@ class _Pass:
     pairing: ToolPairing
     figure: int  # the caller's real/anchored token figure, else the estimate
     pins: PinPlan = PinPlan()  # client-placed content every compressed view keeps
+    ops: tuple[FileOp, ...] = ()  # the files the view reads and edits
+    reads: tuple[FileRead, ...] = ()  # the newest read of each file
 
     @property
     def calibration(self) -> float:
@@ -144,7 +149,8 @@ class Compressor:
         too_large = _fixed_part_too_large(run)
         if too_large is not None:
             return run.unchanged("rejected", with_strike(state, ctx.now), too_large)
-        run = replace(run, pins=_pins(run))
+        ops = tuple(file_ops(view))
+        run = replace(run, pins=_pins(run), ops=ops, reads=tuple(newest_reads(view, ops)))
         if run.pins.refused is not None:
             return run.unchanged("rejected", with_strike(state, ctx.now), run.pins.refused)
         plan = _plan(run, state)
@@ -212,9 +218,10 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
     head = head_end(run.view, run.options.protect_first_n, decayed, fixed)
     fixed = run.ledger.base + run.ledger.span(0, head) + run.pins.tokens_in(head, len(run.view))
     users = carry_need(run.view, head, run.ledger, run.pins.indices)
+    files = files_need(run.reads, head, run.ledger.counter.count_text)
     plan: CutPlan | None = None
     for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
-        budgets = budgets_for(run.options, run.limits, fixed, level, users)
+        budgets = budgets_for(run.options, run.limits, fixed, level, users, files)
         candidate = plan_cut(run.view, run.ledger, run.pairing, head, budgets, level)
         if candidate.empty:
             continue
@@ -226,7 +233,7 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
         run.ledger,
         run.pairing,
         head,
-        budgets_for(run.options, run.limits, fixed, MAX_LEVEL, users),
+        budgets_for(run.options, run.limits, fixed, MAX_LEVEL, users, files),
         MAX_LEVEL,
     )
 
@@ -237,7 +244,7 @@ def _estimate(run: _Pass, plan: CutPlan, *, with_summary: bool = True) -> int:
     extra = sum(ledger.tokens[i] for i in (plan.restate, plan.reply) if i is not None)
     extra += run.pins.tokens_in(plan.head_end, plan.tail_start)
     summary = summary_tokens(run.options, plan, ledger, run.limits.context_length)
-    handoff = summary + MARKER_TOKENS + plan.budgets.carry
+    handoff = summary + MARKER_TOKENS + plan.budgets.carry + plan.budgets.files
     return (
         ledger.base
         + ledger.span(0, plan.head_end)
@@ -344,10 +351,22 @@ def _finish(
     limit = _limit(run)
     kept: list[Message | str] = [*head, *tail, *([restate] if restate else [])]
     count = run.ctx.counter.count_text
-    users, anchors = carry_section(
-        view, plan, ledger, options, count, kept, frozenset(lifted), (body, reply or "")
+    # An earlier handoff the view keeps (a restated message merged into one) is replaced by
+    # this one: what it carried is not kept by it.
+    kept_text = "\n".join(i if isinstance(i, str) else user_text(i) for i in kept)
+    files = select_files(
+        read_candidates(run.reads, plan.head_end, plan.tail_start),
+        plan.budgets.files,
+        count,
+        kept_text.__contains__,
     )
-    handoff = Handoff(body, users.texts, reply, anchors)
+    # What the files leave of their budget goes to the user's words.
+    spare = max(0, plan.budgets.files - files.tokens)
+    carrying = replace(plan, budgets=replace(plan.budgets, carry=plan.budgets.carry + spare))
+    users, anchors = carry_section(
+        view, carrying, ledger, options, count, kept, frozenset(lifted), (body, reply or "")
+    )
+    handoff = Handoff(body, users.texts, reply, anchors, files.files)
     result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
     after = ledger.view(result)
     projected = int(after * run.calibration)
@@ -376,7 +395,9 @@ def _finish(
         error=note,
         failure_class=summary.failure.kind if summary.failure is not None else None,
         summary_truncated=summary.truncated,
-        clipped=run.pins.clipped + _shortened(users),
+        clipped=run.pins.clipped
+        + _shortened(users)
+        + tuple(ClippedMessage(c.at, c.kept, c.original) for c in files.clipped),
     )
 
 
@@ -390,7 +411,9 @@ def _shortened(users: Selection) -> tuple[ClippedMessage, ...]:
 
 
 def _tail(run: _Pass, plan: CutPlan, view: list[Message]) -> tuple[list[Message], int]:
-    """The verbatim tail; at the most aggressive level, its older tool results are demoted."""
+    """The verbatim tail, but for reads a newer read of the same file supersedes; at the most
+    aggressive level, its older tool results are demoted."""
+    view = superseded_reads(view, plan.tail_start, run.ops)
     if plan.level < MAX_LEVEL:
         return view[plan.tail_start :], 0
     newest_call = max(

@@ -57,12 +57,18 @@ def fallback_summary(
         ("Errors & Fixes", _errors(messages, region)),
         ("Resolved Questions", "None recorded."),
         ("Relevant Files", _files(messages, region)),
-        ("Critical Context", FALLBACK_NOTE.format(reason=reason)),
+        ("Critical Context", "The note above: this summary is mechanical."),
         ("Last Dropped Turns", _last_turns(messages, region)),
     ]
     if previous:
         sections.append(("Previous Summary", clip_middle(previous, PREVIOUS_MAX_CHARS)))
-    text = "\n".join(f"## {title}\n{body}" for title, body in sections)
+    # The note first: a summary cut to its budget keeps its head, and the model must know that
+    # what follows was not written by a model.
+    text = (
+        FALLBACK_NOTE.format(reason=reason)
+        + "\n"
+        + "\n".join(f"## {title}\n{body}" for title, body in sections)
+    )
     return _SECRET.sub("[REDACTED]", clip_middle(text, MAX_CHARS, 0.8))
 
 

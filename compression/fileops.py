@@ -27,6 +27,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from compression.content import content_text
@@ -323,12 +324,17 @@ def _command_lines(script: str) -> Iterator[tuple[str, str]]:
 
 
 def _words(line: str) -> list[str]:
+    return list(_lexed(line))
+
+
+@lru_cache(maxsize=8192)  # every compression of a session reads the same commands again
+def _lexed(line: str) -> tuple[str, ...]:
     lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     try:
-        return list(lexer)
+        return tuple(lexer)
     except ValueError:  # an unclosed quote: a multi-line string this line-wise reading cut
-        return []
+        return ()
 
 
 def _segments(words: list[str]) -> list[tuple[list[str], bool]]:
@@ -440,3 +446,8 @@ def _sed(args: list[str]) -> Iterator[_Found]:
 
 def _base(program: str) -> str:
     return program.rsplit("/", 1)[-1]
+
+
+def clear_caches() -> None:
+    """Forget memoized command readings (benchmarks measuring a cold pass)."""
+    _lexed.cache_clear()

@@ -19,7 +19,14 @@ from typing import Any, cast
 
 from compression.content import content_text
 from compression.handoff import handoff_text
-from compression.prompts import ARCHIVE_OPEN, SUMMARY_PREFIX, USER_CLOSE, USER_OPEN
+from compression.prompts import (
+    ARCHIVE_OPEN,
+    FILE_CLOSE,
+    FILE_OPEN,
+    SUMMARY_PREFIX,
+    USER_CLOSE,
+    USER_OPEN,
+)
 from compression.types import ContentPart, Message
 
 RECALL_TOOL = "ctxgate_recall"
@@ -169,25 +176,46 @@ def _lined(text: str, positions: Sequence[int]) -> str:
 
 _CLIP_MARK = re.compile(r"\n…\[[\d,]+ chars omitted\]…\n")
 _BLOCK = re.compile(re.escape(USER_OPEN) + r"\n(.*?)\n" + re.escape(USER_CLOSE), re.DOTALL)
+_FILE_BLOCK = re.compile(
+    "(" + re.escape(FILE_OPEN) + r"[^\n]*>>>\n)(.*?)(\n" + re.escape(FILE_CLOSE) + ")", re.DOTALL
+)
 
 
 def _named_clips(text: str, replaced: Sequence[int], client: Sequence[Message]) -> str:
-    """The summary with the handle of its original written into each clipped user message it
-    carries, so the model can read the whole of it back."""
+    """The summary with the handle of its original written into each clipped user message or
+    file read it carries, so the model can read the whole of it back."""
 
-    def named(block: re.Match[str]) -> str:
+    def named_user(block: re.Match[str]) -> str:
         inner = block.group(1)
-        mark = _CLIP_MARK.search(inner)
-        head = inner[: mark.start()].strip()[:_LEAD] if mark is not None else ""
-        if not head or SUFFIX.search(inner):
+        position = _clipped_original(inner, replaced, client, ("user",))
+        if position is None:
             return block.group(0)
-        for position in reversed(replaced):
-            original = client[position]
-            if original.get("role") == "user" and content_text(original).strip().startswith(head):
-                return f"{USER_OPEN}\n{inner}{rewritten_suffix(position)}\n{USER_CLOSE}"
-        return block.group(0)
+        return f"{USER_OPEN}\n{inner}{rewritten_suffix(position)}\n{USER_CLOSE}"
 
-    return _BLOCK.sub(named, text)
+    def named_file(block: re.Match[str]) -> str:
+        inner = block.group(2)
+        position = _clipped_original(inner, replaced, client, ("tool", "user"))
+        if position is None:
+            return block.group(0)
+        return f"{block.group(1)}{inner}{rewritten_suffix(position)}{block.group(3)}"
+
+    return _FILE_BLOCK.sub(named_file, _BLOCK.sub(named_user, text))
+
+
+def _clipped_original(
+    inner: str, replaced: Sequence[int], client: Sequence[Message], roles: tuple[str, ...]
+) -> int | None:
+    """The replaced client position a clipped block was cut from (None: not clipped, already
+    named, or no original matches)."""
+    mark = _CLIP_MARK.search(inner)
+    head = inner[: mark.start()].strip()[:_LEAD] if mark is not None else ""
+    if not head or SUFFIX.search(inner):
+        return None
+    for position in reversed(replaced):
+        original = client[position]
+        if original.get("role") in roles and content_text(original).strip().startswith(head):
+            return position
+    return None
 
 
 def _with_text(message: Message, edit: Callable[[str], str]) -> Message:

@@ -3,6 +3,7 @@
     [CONTEXT COMPACTION — REFERENCE ONLY] …        reference-only prefix
     <summary body>
     ## User Messages (verbatim, oldest first)      carried user messages
+    ## Files (the newest read of each, verbatim)   what the agent last read of files it uses
     ## Your Last Reply (verbatim)                  the newest assistant reply, if carried
     ## Anchors (exact ids, paths and names …)      ids/paths/errors of the compacted turns
     --- END OF CONTEXT SUMMARY — respond to the message below, not the summary above ---
@@ -24,8 +25,13 @@ from compression.prompts import (
     ANCHORS_HEADER,
     ARCHIVE_OPEN,
     END_MARKER,
+    FILE_CLOSE,
+    FILE_OPEN,
+    FILES_HEADER,
     IN_PROGRESS_MARKER,
     LAST_REPLY_HEADER,
+    LEGACY_USER_CLOSE,
+    LEGACY_USER_OPEN,
     REPLY_CLOSE,
     REPLY_OPEN,
     SUMMARY_PREFIX,
@@ -42,6 +48,7 @@ class Handoff:
     user_messages: tuple[str, ...] = ()  # carried verbatim, oldest first
     last_reply: str | None = None
     anchors: AnchorIndex = AnchorIndex()
+    files: tuple[tuple[str, str], ...] = ()  # (path, newest read's text), carried verbatim
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,9 @@ def render_handoff(handoff: Handoff) -> str:
     if handoff.user_messages:
         blocks = [f"{USER_OPEN}\n{text}\n{USER_CLOSE}" for text in handoff.user_messages]
         parts.append(USER_MESSAGES_HEADER + "\n" + "\n".join(blocks))
+    if handoff.files:
+        files = [f"{FILE_OPEN}{path}>>>\n{text}\n{FILE_CLOSE}" for path, text in handoff.files]
+        parts.append(FILES_HEADER + "\n" + "\n".join(files))
     if handoff.last_reply is not None:
         parts.append(f"{LAST_REPLY_HEADER}\n{REPLY_OPEN}\n{handoff.last_reply}\n{REPLY_CLOSE}")
     if handoff.anchors:
@@ -93,16 +103,21 @@ def parse_handoff(text: str) -> ParsedHandoff | None:
     cut = min(
         (
             found
-            for found in (inner.find(USER_MESSAGES_HEADER), inner.find(LAST_REPLY_HEADER))
+            for found in (
+                inner.find(USER_MESSAGES_HEADER),
+                inner.find(FILES_HEADER),
+                inner.find(LAST_REPLY_HEADER),
+            )
             if found >= 0
         ),
         default=len(inner),
     )
     handoff = Handoff(
         body=inner[:cut].strip(),
-        user_messages=tuple(_blocks(inner, USER_OPEN, USER_CLOSE)),
+        user_messages=tuple(_user_blocks(inner)),
         last_reply=next(iter(_blocks(inner, REPLY_OPEN, REPLY_CLOSE)), None),
         anchors=anchors,
+        files=tuple(_files(inner)),
     )
     return ParsedHandoff(handoff, remainder)
 
@@ -127,6 +142,39 @@ def _blocks(text: str, opening: str, closing: str) -> list[str]:
             break
         found.append(text[start:stop])
         position = text.find(opening, stop + len(closing))
+    return found
+
+
+def _user_blocks(inner: str) -> list[str]:
+    """The carried user messages: read in their own section only, so a carried file or the
+    reply that holds the same markers is never taken for one."""
+    at = inner.find(USER_MESSAGES_HEADER)
+    if at < 0:
+        return []
+    ends = [inner.find(h, at) for h in (FILES_HEADER, LAST_REPLY_HEADER)]
+    section = inner[at : min((e for e in ends if e >= 0), default=len(inner))]
+    if USER_OPEN in section:
+        return _blocks(section, USER_OPEN, USER_CLOSE)
+    return _blocks(section, LEGACY_USER_OPEN, LEGACY_USER_CLOSE)
+
+
+def _files(inner: str) -> list[tuple[str, str]]:
+    """The carried file blocks: `<<<file PATH>>>` … `<<<end file>>>`."""
+    at = inner.find(FILES_HEADER)
+    if at < 0:
+        return []
+    section = inner[at:]
+    found: list[tuple[str, str]] = []
+    position = section.find(FILE_OPEN)
+    while position >= 0:
+        line_end = section.find("\n", position)
+        stop = section.find(f"\n{FILE_CLOSE}", line_end)
+        if line_end < 0 or stop < 0:
+            break
+        path = section[position + len(FILE_OPEN) : line_end]
+        if path.endswith(">>>"):
+            found.append((path.removesuffix(">>>"), section[line_end + 1 : stop]))
+        position = section.find(FILE_OPEN, stop + len(FILE_CLOSE))
     return found
 
 

@@ -55,6 +55,7 @@ class CompressorOptions:
     summary_timeout: float | None = None
     abort_on_summary_failure: bool = False
     user_share: float = 0.50  # of the threshold, most the user's carried messages may take
+    file_share: float = 0.30  # of the threshold, most the newest reads of files may take
     max_anchor_tokens: int = 1500
     duplicate_min_chars: int = 200
     prune_min_chars: int = 200
@@ -92,6 +93,7 @@ _FRACTIONS = {
     "summary_context_fraction",
     "pin_share",
     "user_share",
+    "file_share",
 }
 _OPTIONAL_INTS = {"threshold_tokens", "summary_model_context_length"}
 _POSITIVE_INTS = {

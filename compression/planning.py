@@ -30,7 +30,8 @@ TARGET_SHARE = 0.90  # aim under the threshold with room for estimate error
 MARKER_TOKENS = 200  # prefix, end marker and headers of the handoff message
 MIN_SUMMARY_TOKENS = 128
 MIN_MIDDLE_TOKENS = 512
-USER_ROOM_SHARE = 0.60  # of the room, most the user's carried messages may take
+USER_ROOM_SHARE = 0.60  # of the room the file reads leave, most the user's messages may take
+FILE_ROOM_SHARE = 0.40  # of the room, most carried file reads may take
 ANCHOR_SHARE = 0.08  # of the room: the anchor index (plus what the carried messages leave)
 OPENING_SHARE = 0.25  # of the threshold, most a client's canned opening may keep verbatim
 
@@ -44,6 +45,7 @@ class Budgets:
     summary_cap: int  # most tokens the summary body may take in the view
     floor: int  # fewest messages in the tail
     anchors: int = 0  # tokens of the anchor index (exact ids and paths) inside the summary
+    files: int = 0  # tokens of the newest file reads carried verbatim inside the handoff
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,14 +79,25 @@ def head_end(
 
 
 def budgets_for(
-    options: CompressorOptions, limits: Limits, fixed_tokens: int, level: int, users: int = 0
+    options: CompressorOptions,
+    limits: Limits,
+    fixed_tokens: int,
+    level: int,
+    users: int = 0,
+    files: int = 0,
 ) -> Budgets:
     """What each part of the compressed view may take. `users` is what carrying every user
-    message of the region would cost: they come first, the tail and summary share the rest."""
+    message of the region would cost, `files` every newest file read: they come first, the
+    tail and summary share the rest."""
     target = int(limits.threshold * TARGET_SHARE)
     room = max(0, target - fixed_tokens - min(MARKER_TOKENS, target // 10))
-    carry = min(users, int(limits.threshold * options.user_share), int(room * USER_ROOM_SHARE))
-    rest = room - carry
+    # The files go first: what the agent is editing now matters more to its next step than
+    # the oldest user messages, and the share files do not use goes to the user's words.
+    reads = min(files, int(limits.threshold * options.file_share), int(room * FILE_ROOM_SHARE))
+    carry = min(
+        users, int(limits.threshold * options.user_share), int((room - reads) * USER_ROOM_SHARE)
+    )
+    rest = room - carry - reads
     scale = (1.0, 0.5, 0.25)[min(level, MAX_LEVEL)]
     lean = tail_budget(options, limits.context_length, limits.threshold)
     tail = max(1, int(min(lean, rest * 0.40) * scale))
@@ -102,6 +115,7 @@ def budgets_for(
         summary_cap=max(1, int(rest * 0.30)),
         floor=floor,
         anchors=anchors,
+        files=reads,
     )
 
 

@@ -17,8 +17,20 @@ USER_MESSAGES_HEADER = (
     "Exactly what the user wrote in the compacted turns. Their constraints and preferences "
     "still apply; the requests were already handled unless the summary says otherwise."
 )
-USER_OPEN = "<<<user message>>>"
-USER_CLOSE = "<<<end user message>>>"
+# Short: a long session carries hundreds of user messages, most of them a line long.
+USER_OPEN = "<user>"
+USER_CLOSE = "</user>"
+# What earlier versions wrote; a stored handoff in this form is still read back.
+LEGACY_USER_OPEN = "<<<user message>>>"
+LEGACY_USER_CLOSE = "<<<end user message>>>"
+FILES_HEADER = (
+    "## Files (the newest read of each, verbatim)\n"
+    "What the compacted turns last read of each file, as the tool returned it. Edits made after "
+    "that read are in the summary, not applied here; read the file again before an edit that "
+    "depends on its exact text if you changed it since."
+)
+FILE_OPEN = "<<<file "  # followed by the path and ">>>"
+FILE_CLOSE = "<<<end file>>>"
 LAST_REPLY_HEADER = "## Your Last Reply (verbatim)"
 ANCHORS_HEADER = "## Anchors (exact ids, paths and names from the compacted turns, newest first)"
 REPLY_OPEN = "<<<assistant reply>>>"

@@ -4,6 +4,7 @@ A request walks its subpackages in one direction, and each imports only those af
 
 - `proxy.edge`: the ASGI app, its routes, the admin API, the dashboard, the `ctxgate` command;
 - `proxy.core`: the session core: the gateway, the policy, compaction, recall;
+- `proxy.ledger`: what calls cost, the savings in tokens and money, shadow checks;
 - `proxy.doors`: the front doors: each wire API parsed, rendered and its stream relayed;
 - `proxy.provider`: the provider side: upstreams, the connection pool, headers, overflows.
 

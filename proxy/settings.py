@@ -19,7 +19,7 @@ import yaml
 from proxy.config_reader import Reader, interpolate
 from proxy.config_reader import SettingsError as SettingsError  # raised by load_settings
 
-APIS = ("chat", "responses", "messages")  # the wire APIs ctxgate has front doors for
+APIS = ("chat", "responses", "messages", "gemini")  # the wire APIs ctxgate has front doors for
 
 
 # Each field's docstring (the string literal under it) is its one-line description in the
@@ -52,6 +52,32 @@ class ServerSettings:
     upstream_client: str = "aiohttp"
     """What carries upstream calls under httpx's API: `aiohttp` (its C HTTP parser; less CPU
     per request) or `httpx` (httpx's own pool, h11)."""
+    workers: int = 1
+    """Processes serving the port (`--workers` overrides it); `auto`: one per core this process
+    may run on. They share the database (SQLite in WAL mode on one host, or PostgreSQL), and
+    `/metrics` adds up all of them; the in-memory caches above are per process. 1: one process,
+    no supervisor."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionSettings:
+    """How long the store keeps a session. A session idle past the limit is deleted with all
+    it holds (checkpoints, archived originals and their search index, events, usage, its
+    forks and rotations, leases); a client that comes back later is served as a new session:
+    it sends its whole history again, which is compressed afresh."""
+
+    session_idle_days: float = 30.0
+    """Days a session may go without a request before it is deleted (fractions allowed); `0`
+    keeps every session forever. On by default: conversations can hold secrets, and a store
+    without a limit only grows."""
+    keep_daily_usage: bool = True
+    """Add a deleted session's usage into per-day, per-model totals first (table
+    `usage_daily`), so token accounting survives it."""
+    interval_s: float = 3600.0
+    """Seconds between sweeps. One process or replica sweeps at a time (a database lease);
+    deletes run a few sessions per transaction, and SQLite gives the space back to the file
+    system (an older file is switched to incremental vacuum by one VACUUM at the first sweep).
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +101,8 @@ class StorageSettings:
     redundant checkpoint check, never a wrong history. On SQLite a copy past this age is kept
     while no other connection has committed (SQLite's data version tells), read again once one
     has."""
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    """When idle sessions are deleted (section `storage.retention`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +125,13 @@ class UpstreamSettings:
     """Extra headers sent with every request to this provider."""
     apis: tuple[str, ...] = ("chat", "responses")
     """The wire APIs this provider serves: `chat` (Chat Completions), `responses` (OpenAI
-    Responses), `messages` (Anthropic Messages). A request in an API its model's upstream does
-    not serve is refused with an error naming this setting."""
+    Responses), `messages` (Anthropic Messages), `gemini` (the Gemini API; `base_url` then ends
+    in `/v1beta`). A request in an API its model's upstream does not serve is refused with an
+    error naming this setting."""
     auth: str = "bearer"
-    """How `api_key` is sent: `bearer` (`Authorization: Bearer`) or `x-api-key` (Anthropic's
-    header); default `x-api-key` for an upstream that serves only `messages`."""
+    """How `api_key` is sent: `bearer` (`Authorization: Bearer`), `x-api-key` (Anthropic's
+    header) or `x-goog-api-key` (Google's); default `x-api-key` for an upstream that serves only
+    `messages`, `x-goog-api-key` for one that serves only `gemini`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +186,26 @@ class RecallSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ShadowSettings:
+    """Shadow checks: does a compressed request lead to the same next action as the client's
+    uncompressed one? A sampled request whose view was compressed, and whose uncompressed
+    history still fits the window, is sent again uncompressed twice (A and A'), in the
+    background after the client has its answer; its compressed answer (B) is compared with A,
+    and A' with A for the noise floor. These calls are billed by the provider."""
+
+    enabled: bool = False
+    """Run shadow checks (off by default: each costs two or three extra model calls)."""
+    sample_rate: float = 0.05
+    """Share of the eligible requests (compressed, uncompressed history within the window)
+    that are checked."""
+    daily_tokens: int = 2_000_000
+    """Tokens (prompt and output, as billed) shadow calls may spend per UTC day in this
+    process; none start once it is spent."""
+    max_tokens: int = 256
+    """`max_tokens` of each shadow call: enough to show the next action."""
+
+
+@dataclass(frozen=True, slots=True)
 class CompressionSettings:
     """When conversations are compressed and by which engine."""
 
@@ -180,6 +230,8 @@ class CompressionSettings:
     """The summary model (section `compression.summary`)."""
     recall: RecallSettings = field(default_factory=RecallSettings)
     """The recall tool (section `compression.recall`)."""
+    shadow: ShadowSettings = field(default_factory=ShadowSettings)
+    """Shadow checks (section `compression.shadow`)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Engine options; the built-in compressor's are in the `compression.options` table."""
 
@@ -217,6 +269,60 @@ class TokenSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class Price:
+    """What a model's tokens cost, in US dollars per million tokens; the first entry whose
+    `match` fits the request's `model` applies. A model no entry matches is reported in tokens
+    only, never priced by guess. Unset, the list holds the published prices of common OpenAI,
+    Anthropic and Gemini models at the time of writing (`DEFAULT_PRICES` in
+    proxy/settings.py); set it to replace them all, `[]` for tokens only."""
+
+    match: str
+    """Glob on the request's model name (`*`, `?`, `[...]`; case-sensitive)."""
+    input: float
+    """Uncached input tokens."""
+    cached_input: float
+    """Input tokens read from the provider's prompt cache; unset: the `input` price."""
+    cache_write: float
+    """Input tokens written to the prompt cache (Anthropic bills them above `input`); unset:
+    the `input` price."""
+    output: float
+    """Output tokens (reasoning tokens included)."""
+
+    def matches(self, model: str) -> bool:
+        return fnmatch.fnmatchcase(model, self.match)
+
+
+def _p(match: str, inp: float, cached: float, write: float | None, out: float) -> Price:
+    return Price(match, inp, cached, inp if write is None else write, out)
+
+
+# Published list prices (USD per million tokens, standard tier, 5-minute cache writes, prompts
+# under 200K tokens) when this table was written; providers change them: check and override.
+DEFAULT_PRICES: tuple[Price, ...] = (
+    _p("gpt-5-mini*", 0.25, 0.025, None, 2.00),
+    _p("gpt-5-nano*", 0.05, 0.005, None, 0.40),
+    _p("gpt-5*", 1.25, 0.125, None, 10.00),
+    _p("gpt-4.1-mini*", 0.40, 0.10, None, 1.60),
+    _p("gpt-4.1-nano*", 0.10, 0.025, None, 0.40),
+    _p("gpt-4.1*", 2.00, 0.50, None, 8.00),
+    _p("gpt-4o-mini*", 0.15, 0.075, None, 0.60),
+    _p("gpt-4o*", 2.50, 1.25, None, 10.00),
+    _p("o4-mini*", 1.10, 0.275, None, 4.40),
+    _p("o3-mini*", 1.10, 0.55, None, 4.40),
+    _p("o3*", 2.00, 0.50, None, 8.00),
+    _p("o1*", 15.00, 7.50, None, 60.00),
+    _p("claude-opus-4-5*", 5.00, 0.50, 6.25, 25.00),
+    _p("claude-opus-4*", 15.00, 1.50, 18.75, 75.00),
+    _p("claude-sonnet-4*", 3.00, 0.30, 3.75, 15.00),
+    _p("claude-3-7-sonnet*", 3.00, 0.30, 3.75, 15.00),
+    _p("claude-haiku-4*", 1.00, 0.10, 1.25, 5.00),
+    _p("claude-3-5-haiku*", 0.80, 0.08, 1.00, 4.00),
+    _p("gemini-2.5-pro*", 1.25, 0.125, None, 10.00),
+    _p("gemini-2.5-flash*", 0.30, 0.03, None, 2.50),
+)
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """The whole configuration file."""
 
@@ -230,6 +336,14 @@ class Settings:
     auth: AuthSettings = field(default_factory=AuthSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     tokens: TokenSettings = field(default_factory=TokenSettings)
+    prices: tuple[Price, ...] = DEFAULT_PRICES
+
+    def price_for(self, model: str) -> Price | None:
+        """The first price whose glob matches `model`; None: report its tokens only."""
+        for price in self.prices:
+            if price.matches(model):
+                return price
+        return None
 
     def rule_for(self, model: str) -> ModelRule | None:
         """The first model rule whose glob matches `model`."""
@@ -249,6 +363,7 @@ def _server(r: Reader) -> ServerSettings:
         body_timeout_s=r.positive("body_timeout_s", float, d.body_timeout_s),
         parsed_request_bytes=r.get("parsed_request_bytes", int, d.parsed_request_bytes),
         upstream_client=r.get("upstream_client", str, d.upstream_client),
+        workers=worker_count(r.get("workers", (int, str), d.workers), r._key("workers")),
     )
     if out.parsed_request_bytes < 0:
         raise SettingsError(f"{r._key('parsed_request_bytes')}: must be 0 or more")
@@ -258,6 +373,27 @@ def _server(r: Reader) -> ServerSettings:
         )
     r.done()
     return out
+
+
+def worker_count(value: int | str, key: str = "server.workers") -> int:
+    """A worker count from the config or the command line: a positive integer or `auto`."""
+    if value == "auto":
+        return _usable_cores()
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise SettingsError(f"{key}: must be a positive integer or auto, got {value!r}")
+    return count
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, narrower than the machine's)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return len(affinity(0))
+    return os.cpu_count() or 1
 
 
 def _storage(r: Reader) -> StorageSettings:
@@ -271,11 +407,32 @@ def _storage(r: Reader) -> StorageSettings:
         lease_ttl_s=r.positive("lease_ttl_s", float, d.lease_ttl_s),
         lock_wait_s=r.positive("lock_wait_s", float, d.lock_wait_s),
         session_cache_s=r.get("session_cache_s", float, d.session_cache_s),
+        retention=_retention(r.child("retention")),
     )
     if out.session_cache_s < 0:
         raise SettingsError(f"{r._key('session_cache_s')}: must be 0 or more")
     r.done()
     return out
+
+
+def _retention(r: Reader) -> RetentionSettings:
+    d = RetentionSettings()
+    out = RetentionSettings(
+        session_idle_days=r.get("session_idle_days", float, d.session_idle_days),
+        keep_daily_usage=r.get("keep_daily_usage", bool, d.keep_daily_usage),
+        interval_s=r.positive("interval_s", float, d.interval_s),
+    )
+    if out.session_idle_days < 0:
+        raise SettingsError(f"{r._key('session_idle_days')}: must be 0 (keep) or more")
+    r.done()
+    return out
+
+
+# The provider's own key header, for an upstream that serves only its API.
+_DEFAULT_AUTH: dict[tuple[str, ...], str] = {
+    ("messages",): "x-api-key",
+    ("gemini",): "x-goog-api-key",
+}
 
 
 def _upstream(name: str, r: Reader) -> UpstreamSettings:
@@ -286,9 +443,11 @@ def _upstream(name: str, r: Reader) -> UpstreamSettings:
         raise SettingsError(f"{r._key('base_url')}: must start with http:// or https://")
     headers = r.get("headers", dict, {})
     apis = _apis(r)
-    auth = r.get("auth", str, "x-api-key" if apis == ("messages",) else "bearer")
-    if auth not in ("bearer", "x-api-key"):
-        raise SettingsError(f"{r._key('auth')}: must be bearer or x-api-key, got {auth!r}")
+    auth = r.get("auth", str, _DEFAULT_AUTH.get(apis, "bearer"))
+    if auth not in ("bearer", "x-api-key", "x-goog-api-key"):
+        raise SettingsError(
+            f"{r._key('auth')}: must be bearer, x-api-key or x-goog-api-key, got {auth!r}"
+        )
     out = UpstreamSettings(
         name=name,
         base_url=base_url.rstrip("/"),
@@ -352,6 +511,7 @@ def _compression(r: Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compre
         max_tokens=c.positive("max_tokens", int, 8000),
     )
     c.done()
+    shadow = _shadow(r.child("shadow"))
     if summary.upstream != "auto" and summary.upstream not in upstreams:
         raise SettingsError(f"compression.summary.upstream: unknown upstream {summary.upstream!r}")
     out = CompressionSettings(
@@ -364,6 +524,7 @@ def _compression(r: Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compre
         background_wait_s=r.positive("background_wait_s", float, d.background_wait_s),
         summary=summary,
         recall=recall,
+        shadow=shadow,
         options=dict(r.get("options", dict, {})),
     )
     r.done()
@@ -374,6 +535,20 @@ def _compression(r: Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compre
                     f"compression.options.{key}: this setting lives at {_HOMES[key]}; "
                     "set it there instead"
                 )
+    return out
+
+
+def _shadow(r: Reader) -> ShadowSettings:
+    d = ShadowSettings()
+    out = ShadowSettings(
+        enabled=r.get("enabled", bool, d.enabled),
+        sample_rate=r.get("sample_rate", float, d.sample_rate),
+        daily_tokens=r.positive("daily_tokens", int, d.daily_tokens),
+        max_tokens=r.positive("max_tokens", int, d.max_tokens),
+    )
+    if not 0 <= out.sample_rate <= 1:
+        raise SettingsError(f"{r._key('sample_rate')}: must be in [0, 1]")
+    r.done()
     return out
 
 
@@ -437,9 +612,38 @@ def parse_settings(document: Any, environ: Mapping[str, str]) -> Settings:
         auth=_auth(root.child("auth")),
         logging=_logging(root.child("logging")),
         tokens=_tokens(root.child("tokens")),
+        prices=_prices(root),
     )
     root.done()
     return settings
+
+
+def _prices(root: Reader) -> tuple[Price, ...]:
+    root.used.add("prices")
+    raw = root.data.get("prices")
+    if raw is None:
+        return DEFAULT_PRICES
+    if not isinstance(raw, list):
+        raise SettingsError("prices: expected a list of {match, input, output, ...}")
+    prices = []
+    for i, item in enumerate(raw):
+        r = Reader(item, f"prices[{i}]")
+        match = r.get("match", str, None)
+        if not match:
+            raise SettingsError(f"prices[{i}].match: required")
+        tiers = {}
+        for key in ("input", "output", "cached_input", "cache_write"):
+            value = r.get(key, float, None)
+            if value is None and key in ("input", "output"):
+                raise SettingsError(f"prices[{i}].{key}: required (US dollars per million tokens)")
+            if value is not None and value < 0:
+                raise SettingsError(f"prices[{i}].{key}: must be 0 or more")
+            tiers[key] = value
+        inp, out, cached = tiers["input"], tiers["output"], tiers["cached_input"]
+        assert inp is not None and out is not None
+        prices.append(_p(match, inp, inp if cached is None else cached, tiers["cache_write"], out))
+        r.done()
+    return tuple(prices)
 
 
 def _tokens(r: Reader) -> TokenSettings:

@@ -26,7 +26,9 @@ from storage.records import (
     UsagePoint,
     UsageRecord,
 )
+from storage.retention import DailyUsage
 from storage.store import SessionStore
+from storage.sweeper import RetentionPolicy, Sweeper, SweepReport, daily_usage
 from storage.terms import Terms, search_terms
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointInfo",
     "CompressionCommit",
+    "DailyUsage",
     "DatabaseBusy",
     "Event",
     "EventRecord",
@@ -44,6 +47,7 @@ __all__ = [
     "JSONObject",
     "LockTimeout",
     "Message",
+    "RetentionPolicy",
     "SessionDetail",
     "SessionKey",
     "SessionLocks",
@@ -51,10 +55,13 @@ __all__ = [
     "SessionStore",
     "StorageError",
     "StoreStats",
+    "SweepReport",
+    "Sweeper",
     "Terms",
     "Unset",
     "UsagePoint",
     "UsageRecord",
+    "daily_usage",
     "search_terms",
     "wait_budget",
 ]

@@ -187,6 +187,9 @@ class Database:
 
     async def _set_wal(self) -> str:
         async def set_wal(conn: AsyncConnection) -> str:
+            # Before the first table: a fresh file then gives space back without the VACUUM
+            # an existing one needs (storage.retention); on an existing file this is a no-op.
+            await conn.exec_driver_sql("PRAGMA auto_vacuum=INCREMENTAL")
             return str((await conn.exec_driver_sql("PRAGMA journal_mode=WAL")).scalar())
 
         # journal_mode cannot change inside a transaction: the reader emits no BEGIN.

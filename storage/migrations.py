@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import search
-from storage.tables import metadata, schema_version
+from storage import savings, search
+from storage.tables import metadata, retention_turns, schema_version, usage_daily
 
 # Any constant: serialises concurrent `open()`s of one PostgreSQL database, whose
 # CREATE TABLEs would otherwise race on the catalog.
@@ -105,3 +105,23 @@ def session_lineages(conn: Connection) -> None:
             break
     conn.execute(text("UPDATE sessions SET root_key = key WHERE root_key IS NULL"))
     conn.execute(text("CREATE INDEX ix_sessions_scope_root ON sessions (scope, root_key)"))
+
+
+@migration
+def charges_and_shadow_checks(conn: Connection) -> None:
+    """Charges by billing tier (savings in money) and shadow checks get their tables."""
+    savings.create(conn)
+
+
+@migration
+def retention(conn: Connection) -> None:
+    """Retention keeps deleted sessions' usage as daily totals and takes turns to sweep in a
+    table of its own; deleting a checkpoint finds
+    the archive rows and events that name it by index instead of scanning their tables."""
+    usage_daily.create(conn, checkfirst=True)
+    retention_turns.create(conn, checkfirst=True)
+    for name, table in (
+        ("ix_archive_checkpoint", "archived_messages"),
+        ("ix_events_checkpoint", "events"),
+    ):
+        conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON {table} (checkpoint_id)"))

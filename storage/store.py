@@ -21,6 +21,7 @@ from storage import (
     leases,
     lineages,
     migrations,
+    savings,
     search,
     sessions,
     usage,
@@ -100,6 +101,19 @@ class SessionStore:
     def dialect(self) -> str:
         """The backend: "sqlite" or "postgresql"."""
         return self._db.dialect
+
+    @property
+    def database(self) -> Database:
+        """The connections, for storage's own maintenance (the retention sweep)."""
+        return self._db
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def forget_cached(self) -> None:
+        """Drop this process's copies of session rows (after rows were deleted under it)."""
+        self._cache.clear()
 
     @property
     def stats(self) -> StoreStats:
@@ -323,6 +337,30 @@ class SessionStore:
             return await self._db.write(lambda conn: sessions.delete_session(conn, sk))
         finally:
             self._cache.clear()  # the session's forks went with it
+
+    # -- charges and shadow checks -----------------------------------------------------
+
+    async def record_charges(self, rows: Sequence[savings.ChargeRow]) -> None:
+        await self._db.write_inline(lambda conn: savings.add_charges(conn, rows))
+
+    async def last_full_prompt(self, sk: SessionKey) -> tuple[int, float] | None:
+        """The newest client request's uncompressed prompt tokens and time, if any."""
+        return await self._db.read(lambda conn: savings.last_full_prompt(conn, sk))
+
+    async def charge_groups(
+        self, keys: Sequence[SessionKey] | None = None, per_session: bool = False
+    ) -> list[savings.ChargeGroup]:
+        return await self._db.read(lambda conn: savings.charge_groups(conn, keys, per_session))
+
+    async def charges_of(self, sk: SessionKey, limit: int = 1000) -> list[savings.ChargeRow]:
+        """The session's newest `limit` charges (one per upstream call), oldest first."""
+        return await self._db.read(lambda conn: savings.charges_of(conn, sk, limit))
+
+    async def record_shadow(self, row: savings.ShadowRow) -> None:
+        await self._db.write_inline(lambda conn: savings.add_shadow(conn, row))
+
+    async def shadow_groups(self, sk: SessionKey | None = None) -> list[savings.ShadowGroup]:
+        return await self._db.read(lambda conn: savings.shadow_groups(conn, sk))
 
     # -- model windows -----------------------------------------------------------------
 

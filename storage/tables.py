@@ -103,6 +103,9 @@ archived_messages = Table(
     Column("archived_at", Double, nullable=False),
     # The dedupe key: a message replaced again by a later compression is stored once.
     UniqueConstraint("session_id", "position", "digest", name="uq_archive_position_digest"),
+    # Deleting a checkpoint sets this to NULL: without an index, each deleted checkpoint
+    # would scan the whole archive (SQLite and PostgreSQL alike).
+    Index("ix_archive_checkpoint", "checkpoint_id"),
 )
 
 events = Table(
@@ -126,6 +129,7 @@ events = Table(
         name="ck_events_non_negative",
     ),
     Index("ix_events_session_at", "session_id", "at"),
+    Index("ix_events_checkpoint", "checkpoint_id"),  # as ix_archive_checkpoint
 )
 
 usage = Table(
@@ -139,6 +143,28 @@ usage = Table(
     Column("message_count", Integer, nullable=False),
     Column("estimated", Boolean, nullable=False),
     Index("ix_usage_session_at", "session_id", "at"),
+)
+
+# The usage of deleted sessions (storage.retention), summed per UTC day, scope and model, so
+# token accounting outlives the sessions.
+usage_daily = Table(
+    "usage_daily",
+    metadata,
+    Column("day", String, primary_key=True),  # "YYYY-MM-DD", UTC
+    Column("scope", String, primary_key=True),
+    Column("model", String, primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("prompt_tokens", BigInteger, nullable=False),
+    Column("completion_tokens", BigInteger, nullable=False),
+)
+
+# Whose turn it is to sweep (storage.retention): a row lease that lasts one interval.
+retention_turns = Table(
+    "retention_turns",
+    metadata,
+    Column("name", String, primary_key=True),
+    Column("owner", String, nullable=False),
+    Column("expires_at", Double, nullable=False),
 )
 
 model_windows = Table(

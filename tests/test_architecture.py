@@ -182,7 +182,8 @@ def test_the_check_catches_a_circle(tmp_path: Path) -> None:
 
 # --- the subpackages' directions --------------------------------------------------------------
 
-STAGES = ("proxy.edge", "proxy.core", "proxy.doors", "proxy.provider")  # in the walk's order
+# In the walk's order.
+STAGES = ("proxy.edge", "proxy.core", "proxy.ledger", "proxy.doors", "proxy.provider")
 SHARED = {"proxy.settings", "proxy.config_reader", "proxy.errors"}
 
 

@@ -22,6 +22,7 @@ from proxy.settings import load_settings
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKER_CONFIG = ROOT / "deploy" / "config.docker.yaml"
+HAPROXY_CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
 REQUIRE = os.environ.get("CTXGATE_REQUIRE_COMPOSE") == "1"
 
 # The variables docker-compose.yml reads; cleared so the file's own defaults are tested.
@@ -158,7 +159,7 @@ def test_postgres_profile_adds_two_replicas_on_one_database(
 ) -> None:
     model = resolved(compose, tmp_path, "postgres")
     services = model["services"]
-    assert set(services) == {"ctxgate", "postgres", "ctxgate-a", "ctxgate-b"}
+    assert set(services) == {"ctxgate", "postgres", "ctxgate-a", "ctxgate-b", "balancer"}
     assert "healthcheck" in services["postgres"]
     assert ("postgres-data", "/var/lib/postgresql/data", False) in volumes(services["postgres"])
     assert ports(services["postgres"]) == set()  # reachable by the replicas only
@@ -172,6 +173,29 @@ def test_postgres_profile_adds_two_replicas_on_one_database(
         )
     volume_names = set(model.get("volumes") or {})
     assert {"ctxgate-data", "postgres-data"} <= volume_names
+
+
+def test_postgres_profile_puts_haproxy_in_front_of_both_replicas(
+    compose: list[str], tmp_path: Path
+) -> None:
+    services = resolved(compose, tmp_path, "postgres")["services"]
+    balancer = services["balancer"]
+    assert Path(balancer["build"]["context"]) == ROOT / "deploy" / "haproxy"
+    assert balancer["image"] == "ctxgate-balancer:local"
+    assert ports(balancer) == {("127.0.0.1", "8410", "8400")}
+    assert set(balancer["depends_on"]) == {"ctxgate-a", "ctxgate-b"}
+    env = {k: str(v) for k, v in balancer["environment"].items()}
+    assert env["CTXGATE_BALANCER_PORT"] == "8400"
+    # Each server address is a replica's service name and the port ctxgate listens on there.
+    for var, name in (("CTXGATE_REPLICA_A", "ctxgate-a"), ("CTXGATE_REPLICA_B", "ctxgate-b")):
+        host, port = env[var].rsplit(":", 1)
+        assert host == name
+        assert int(port) == container_settings(services[name]).server.port
+    text = HAPROXY_CONFIG.read_text()
+    for var in env:
+        assert f"${{{var}}}" in text
+    assert "http-check send meth GET uri /readyz" in text
+    assert "balance roundrobin" in text
 
 
 def test_environment_reaches_ports_and_config(compose: list[str], tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from importlib.resources import files
@@ -61,8 +62,12 @@ def proxy(sim: Simulator, db_path: str) -> Iterator[ProxyServer]:
         sim.base_url,
         db_path,
         models=[{"match": "*", "upstream": "sim", "context_length": 8192}],
-        compression={"background": False},
+        compression={
+            "background": False,
+            "shadow": {"enabled": True, "sample_rate": 1.0, "max_tokens": 64},
+        },
         auth={"admin_key": ADMIN_KEY},
+        prices=[{"match": "small-8k", "input": 2.0, "cached_input": 0.5, "output": 8.0}],
     )
     with ProxyServer(settings) as server:
         yield server
@@ -82,6 +87,19 @@ def grow_compressed(sim: Simulator, proxy: ProxyServer) -> AgentLoop:
     assert "true" in loop.compressed_headers, "ctxgate never compressed the conversation"
     proxy.run(proxy.services.store.flush())
     return loop
+
+
+def charges_settled(proxy: ProxyServer, requests: int, shadow_samples: int) -> dict[str, Any]:
+    """/admin/savings once each request's charge and the shadow checks are in (both are
+    recorded after the answer)."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    for _ in range(400):
+        figures: dict[str, Any] = httpx.get(f"{root(proxy)}/admin/savings", headers=admin).json()
+        checked = figures["shadow"]["total"]["samples"]
+        if figures["total"]["requests"] >= requests and checked >= shadow_samples:
+            return figures
+        time.sleep(0.05)
+    raise AssertionError(f"charges of {requests} requests not recorded: {figures['total']}")
 
 
 def chromium(url: str, profile: Path, *mode: str) -> subprocess.CompletedProcess[str]:
@@ -174,6 +192,8 @@ def test_dashboard_renders_a_compressed_session(
         f"{root(proxy)}/admin/sessions/{scope_for(AGENT_KEY)}/{quote(SESSION, safe='')}",
         headers=admin,
     ).json()
+    # The requests whose uncompressed history still fit the 8K window were shadow-checked.
+    savings = charges_settled(proxy, detail["session"]["request_count"], shadow_samples=1)
     url = dashboard_url(proxy, key=ADMIN_KEY, session=f"{scope_for(AGENT_KEY)}/{SESSION}")
 
     dumped = chromium(url, tmp_path / "profile-dom", "--dump-dom")
@@ -196,6 +216,18 @@ def test_dashboard_renders_a_compressed_session(
     assert f"agent threshold {detail['limits']['threshold']:,}" in dom.text["chart"]
     assert dom.text["summary"] == detail["summary"]
     assert dom.by_id["events-table"]["data-events"] == str(len(detail["events"]))
+    # Savings: the total, a row per model, the session list's column and the session's panel.
+    assert dom.by_id["savings"]["data-models"] == "1"
+    assert "small-8k" in dom.text["savings-table"]
+    saved = savings["total"]["usd_saved"]
+    assert f"{'-' if saved < 0 else ''}${abs(saved):.4f}" in dom.text["savings-total"]
+    assert " tok, " in dom.text["sessions-table"]
+    assert "money saved" in dom.text["session-savings"]
+    assert dom.by_id["session-savings"]["data-priced"] == "true"
+    # Shadow checks: a row per model with its agreement, noise floor and samples.
+    assert dom.by_id["savings"]["data-shadow-models"] == "1"
+    shadow = savings["shadow"]["models"]["small-8k"]
+    assert f"{100 * shadow['noise_floor_agreement']:.1f}%" in dom.text["shadow-table"]
 
     OUTPUT.mkdir(exist_ok=True)
     shot = OUTPUT / "dashboard.png"

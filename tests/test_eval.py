@@ -22,6 +22,7 @@ from bench.evaluation.corpus import CorpusMissing, build_sessions, find_corpus
 from bench.evaluation.needles import plant
 from bench.evaluation.replay import replay
 from bench.evaluation.runner import ARMS, REPO, EvalResults, SessionResult
+from bench.evaluation.shadow import shadow_pooled
 
 pytestmark = pytest.mark.slow
 
@@ -79,9 +80,13 @@ def test_newest_user_message_is_forwarded_verbatim(quick: tuple[EvalResults, Pat
 # and tool schemas): 4-10 % of the user messages stay verbatim per arm, the task statement
 # survives at least clipped in every session, 4 of 9 planted user facts survive. Before the
 # carry learned to skip tool observations and keep the opening request and anchors: 5 %, the
-# task statement lost in both SWE-agent sessions, 1 of 9 facts.
+# task statement lost in both SWE-agent sessions, 1 of 9 facts. Since the newest read of the
+# file an agent edits claims its share first (compression/reads.py), the SWE-agent sessions
+# keep every read their edits need (a gate below) and 2 of 9 planted user facts at 8K: at
+# this window one ~1,000-token file read and the user's words cannot both stay (the full
+# evaluation's 16K-128K windows keep as many user facts as before).
 MIN_USER_SHARE = 0.04
-MIN_USER_NEEDLES = 3
+MIN_USER_NEEDLES = 2
 
 
 def test_user_messages_survive_as_far_as_the_budget_allows(
@@ -111,6 +116,29 @@ def test_the_task_statement_survives_and_no_tool_output_poses_as_the_user(
         # observation that reads as prose (compression/observations.py judges by shape) is
         # taken for the user's words in swe-text-8k-0; none was before, when few were carried.
         assert retention.observations_carried <= MAX_OBSERVATIONS_CARRIED, f"{session.name}/{name}"
+
+
+def test_identifiers_followed_by_punctuation_are_found_in_the_archive(
+    quick: tuple[EvalResults, Path],
+) -> None:
+    """Ids, paths and error names the archive holds, searched as a model writes them (`ID:`,
+    `path.`): the archive index finds every one."""
+    results, _ = quick
+    for session, name in _arms(results):
+        hits, searches = session.arms[name].search_hits
+        assert searches >= 20, f"{session.name}/{name}: too few identifiers to tell"
+        assert hits == searches, f"{session.name}/{name}: {session.arms[name].search_missed}"
+
+
+def test_the_file_an_edit_depends_on_is_in_view(quick: tuple[EvalResults, Path]) -> None:
+    """Each edit of the coding sessions, in the request the model answered with it: the
+    newest read of the edited file is there verbatim (the 8K sessions' reads fit their share)."""
+    results, _ = quick
+    coding = [(s, n) for s, n in _arms(results) if s.arms[n].edits]
+    assert coding
+    for session, name in coding:
+        kept, counted = session.arms[name].edit_reads
+        assert counted and kept == counted, f"{session.name}/{name}: {kept}/{counted}"
 
 
 def test_results_are_written(quick: tuple[EvalResults, Path]) -> None:
@@ -173,3 +201,21 @@ def test_no_recall_round_overflows_beside_large_tool_schemas() -> None:
     assert all(p.error is None and not p.client_tool_call for p in run.probes)
     assert all(p.answer.strip() for p in run.probes), [p.answer for p in run.probes]
     assert all(p.correct for p in run.probes if p.recall_calls), [p.answer for p in run.probes]
+
+
+def test_shadow_agreement_is_measured_with_its_noise_floor(
+    quick: tuple[EvalResults, Path],
+) -> None:
+    """Each session replayed with shadow checks on every compressed request, answered by the
+    in-view model: checks happen, the deterministic model agrees with itself on every one (its
+    noise floor is 100%), and the table and eval.json carry both variants."""
+    results, out = quick
+    pooled = {p["variant"]: p for p in shadow_pooled(results.sessions)}
+    assert set(pooled) == {"deterministic", "sampled"}
+    deterministic = pooled["deterministic"]
+    assert deterministic["checks"] > 0
+    assert deterministic["noise_floor"] == 1.0
+    assert all(r.needs for s in results.sessions for r in s.shadow), "no fact to need"
+    data = json.loads((out / "eval.json").read_text())
+    assert [p["variant"] for p in data["shadow"]] == ["deterministic", "sampled"]
+    assert "### Shadow agreement (per window)" in (out / "eval.md").read_text()

@@ -32,15 +32,18 @@ def group_of(kind: str) -> str:
 
 def edit_reads(session: Session, turns: Sequence[Turn]) -> Fraction:
     """(edits whose newest earlier read was verbatim in the request that preceded them, edits
-    with such a read). An edit with no earlier read, or whose request was not answered, is
-    not counted."""
+    with such a read). An edit with no earlier read, one that writes the file whole, one made
+    after the agent wrote the file whole (its text is the write, not a read), or one whose
+    request was not answered, is not counted."""
     if group_of(session.kind) != CODING:
         return 0, 0
     ops = file_ops(cast(list[Message], session.messages))
     answered = {t.end: t for t in turns if t.forwarded is not None}
     points = session.points()
     kept = counted = 0
-    for edit in (op for op in ops if op.kind == "edit"):
+    for edit in (op for op in ops if op.kind == "edit" and not op.whole):
+        if _rewritten_since_read(ops, edit):
+            continue  # the file's text is what the agent wrote, not what it read
         turn = answered.get(_request_before(points, edit.call))
         read = _newest_read(session, ops, edit, turn.end) if turn is not None else None
         if turn is None or turn.forwarded is None or read is None:
@@ -48,6 +51,14 @@ def edit_reads(session: Session, turns: Sequence[Turn]) -> Fraction:
         counted += 1
         kept += read in view_text(turn.forwarded.messages)
     return kept, counted
+
+
+def _rewritten_since_read(ops: Sequence[FileOp], edit: FileOp) -> bool:
+    """Whether the agent wrote the file whole after its newest read before `edit`."""
+    before = [op for op in ops if op.path == edit.path and op.call < edit.call]
+    reads = [op.call for op in before if op.kind == "read"]
+    writes = [op.call for op in before if op.kind == "edit" and op.whole]
+    return bool(writes) and (not reads or max(writes) > max(reads))
 
 
 def edits_of(session: Session) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 from bench.evaluation.edits import CODING, SERVICE, group_of
 from bench.evaluation.metrics import ArmResult
 from bench.evaluation.runner import EvalResults
-from bench.evaluation.tables import Fraction, frac, pooled, table
+from bench.evaluation.tables import frac, pooled, table
 
 ALL = "all sessions"
 GROUP_ORDER = (CODING, SERVICE, ALL)
@@ -26,15 +26,17 @@ def _arms(results: EvalResults, arm: str, group: str) -> list[ArmResult]:
 
 def kind_figures(arms: list[ArmResult]) -> dict[str, Any]:
     """Pooled figures of some sessions' replays of one arm."""
-    user: Fraction = pooled(a.retention.user for a in arms)
-    constraints: Fraction = pooled(a.retention.constraints for a in arms)
-    edit_reads: Fraction = pooled(a.edit_reads for a in arms)
+    fitting = [a for a in arms if a.user_words_fit]
     return {
         "sessions": len(arms),
-        "user": user,
-        "constraints": constraints,
+        "user": pooled(a.retention.user for a in arms),
+        "constraints": pooled(a.retention.constraints for a in arms),
+        "fitting": len(fitting),
+        "user_fitting": pooled(a.retention.user for a in fitting),
+        "constraints_fitting": pooled(a.retention.constraints for a in fitting),
         "edits": sum(a.edits for a in arms),
-        "edit_reads": edit_reads,
+        "edit_reads": pooled(a.edit_reads for a in arms),
+        "search_hits": pooled(a.search_hits for a in arms),
     }
 
 
@@ -45,8 +47,12 @@ def kinds_table(results: EvalResults) -> list[str]:
         "sessions",
         "user msgs",
         "constraint msgs",
+        "sessions whose user msgs fit",
+        "user msgs (fit)",
+        "constraint msgs (fit)",
         "edits",
         "newest read in view at edit",
+        "archive search for `ID:` / `ID.` found it",
     ]
     rows = []
     for arm in results.config.arms:
@@ -62,8 +68,12 @@ def kinds_table(results: EvalResults) -> list[str]:
                     figures["sessions"],
                     frac(figures["user"]),
                     frac(figures["constraints"]),
+                    figures["fitting"],
+                    frac(figures["user_fitting"]),
+                    frac(figures["constraints_fitting"]),
                     figures["edits"] if group != SERVICE else "–",
                     frac(figures["edit_reads"]),
+                    frac(figures["search_hits"]),
                 ]
             )
     return table(header, rows)
@@ -89,3 +99,12 @@ def kinds_json(results: EvalResults) -> dict[str, dict[str, Any]]:
         }
         for arm in results.config.arms
     }
+
+
+def missed_searches(results: EvalResults, most: int = 8) -> str:
+    """The end of the archive-search sentence: which queries missed, if any."""
+    missed = [q for s in results.sessions for a in s.arms.values() for q in a.search_missed]
+    if not missed:
+        return "."
+    shown = ", ".join(f"`{q}`" for q in list(dict.fromkeys(missed))[:most])
+    return f"; queries that missed: {shown}."

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench.evaluation.artifacts import extract, retained, view_text
 from bench.evaluation.baselines import ArmSeries, masked_view
@@ -17,8 +18,12 @@ from bench.evaluation.recoverable import Recoverable, recoverable_of
 from bench.evaluation.replay import Replay
 from compression import CompressionInvariantError, check_invariants
 from compression.handoff import handoff_text, parse_handoff
+from compression.options import CompressorOptions
+from compression.planning import budgets_for
+from compression.prompts import USER_CLOSE, USER_OPEN
+from compression.thresholds import limits_for
 from tests.simulator import Received
-from tests.simulator.tokens import message_tokens
+from tests.simulator.tokens import count_text, message_tokens
 
 Fraction = tuple[int, int]  # (kept, total)
 
@@ -61,6 +66,10 @@ class ArmResult:
     # edits whose file's newest read was verbatim in the request answered with the edit,
     # of the edits that had an earlier read
     edit_reads: Fraction = (0, 0)
+    # archive searches for an identifier followed by ":" or "." that found it (search_hits.py)
+    search_hits: Fraction = (0, 0)
+    search_missed: list[str] = field(default_factory=list)
+    user_words_fit: bool = False  # every user message fits the compressor's budget for them
 
     @property
     def facts(self) -> Fraction:
@@ -179,7 +188,26 @@ def _final(replay: Replay) -> tuple[int, list[Message]]:
     return 0, []
 
 
-def arm_result(arm: str, session: Session, replay: Replay) -> ArmResult:
+def _text(message: Message) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
+
+
+def user_words_fit(session: Session, options: Mapping[str, Any]) -> bool:
+    """Whether every user message of the session fits the compressor's budget for them
+    (`user_share` of the threshold, at most 60% of what the system prompt and tools leave)."""
+    engine = CompressorOptions.from_mapping(options)
+    limits = limits_for(engine, session.window, None)
+    fixed = session.tools_tokens() + message_tokens(session.messages[0])
+    # Each carried message costs its delimiters beyond its text.
+    overhead = count_text(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
+    words = sum(count_text(_text(session.messages[i])) + overhead for i in session.stated)
+    return budgets_for(engine, limits, fixed, 0, words).carry >= words
+
+
+def arm_result(
+    arm: str, session: Session, replay: Replay, options: Mapping[str, Any] | None = None
+) -> ArmResult:
     answered = [r for r in replay.requests if r.status == 200]
     end, view = _final(replay)
     errors = [t.error for t in replay.turns if t.error]
@@ -209,6 +237,9 @@ def arm_result(arm: str, session: Session, replay: Replay) -> ArmResult:
         probes=replay.probes,
         edits=edits_of(session),
         edit_reads=edit_reads(session, replay.turns),
+        search_hits=replay.search_hits,
+        search_missed=replay.search_missed,
+        user_words_fit=user_words_fit(session, options or {}),
     )
 
 

@@ -28,6 +28,7 @@ from bench.evaluation.corpus import Message, Session
 from bench.evaluation.needles import needle_key
 from bench.evaluation.recall import ProbeOutcome, ask_probes
 from bench.evaluation.recoverable import fetch_archive
+from bench.evaluation.search_hits import identifiers, search_hits
 from proxy.core.identity import scope_for
 from storage import SessionKey
 from tests.servers import ProxyServer, settings_for
@@ -51,6 +52,7 @@ SETTLE_S = 0.3  # quiet time after the last turn before background work counts a
 SETTLE_MAX_S = 15.0
 
 Progress = Callable[[int, int], None]
+Responder = Callable[[dict[str, Any]], Reply | Fail | None]
 
 
 @dataclass
@@ -85,6 +87,10 @@ class Replay:
     seconds: float
     archive: dict[int, Message] = field(default_factory=dict)  # admin API, after the last turn
     probes: list[ProbeOutcome] = field(default_factory=list)
+    # archive searches for identifiers followed by ":" or "." that found them (hits, searches)
+    search_hits: tuple[int, int] = (0, 0)
+    search_missed: list[str] = field(default_factory=list)
+    savings: dict[str, Any] | None = None  # GET /admin/savings after the last turn (shadow runs)
 
 
 class _Stopwatch:
@@ -143,11 +149,11 @@ def _responder(summarizer: str) -> Callable[[dict[str, Any]], Reply | Fail | Non
     return respond
 
 
-def simulator_for(window: int, summarizer: str) -> Simulator:
-    """Ordinary turns and summaries as `_responder` says; planted-fact questions answered by
-    the recall model (from the view, else through ctxgate's recall tool)."""
+def simulator_for(window: int, summarizer: str, responder: Responder | None = None) -> Simulator:
+    """Ordinary turns and summaries as `responder` (default `_responder`) says; planted-fact
+    questions answered by the recall model (from the view, else through ctxgate's recall tool)."""
     sim = Simulator(models={MODEL: ModelSpec(window=window)}, validate_messages=True)
-    sim.responder = RecallModel(other=_responder(summarizer))
+    sim.responder = RecallModel(other=responder or _responder(summarizer))
     return sim
 
 
@@ -242,13 +248,15 @@ def replay(
     gap_s: float = 0.0,
     progress: Progress | None = None,
     probe: bool = True,
+    responder: Responder | None = None,
+    shadow: dict[str, Any] | None = None,
 ) -> Replay:
     """Send every request point of `session` through a fresh ctxgate; record what it did."""
     started = time.monotonic()
     session_id = f"eval-{session.name}-{uuid.uuid4().hex[:8]}"
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ctxgate-eval-")))
-        sim = stack.enter_context(simulator_for(session.window, summarizer))
+        sim = stack.enter_context(simulator_for(session.window, summarizer, responder))
         twin = (
             stack.enter_context(simulator_for(session.window, summarizer))
             if measure_direct
@@ -259,7 +267,11 @@ def replay(
             sim.base_url,
             str(folder / "ctxgate.db"),
             models=models,
-            compression={"background": background, "options": options or {}},
+            compression={
+                "background": background,
+                "options": options or {},
+                **({"shadow": shadow} if shadow else {}),
+            },
             auth={"admin_key": ADMIN_KEY},
         )
         proxy = stack.enter_context(ProxyServer(settings))
@@ -284,7 +296,14 @@ def replay(
         requests = [r for r in sim.received if r.is_chat]
         root = proxy.base_url.removesuffix("/v1")
         archive = fetch_archive(http, root, ADMIN_KEY, scope_for(CLIENT_KEY), session_id)
+        codes = [n.code for n in session.needles if n.index < session.points()[-1]]
+        hits, missed = search_hits(
+            settings.storage.url,
+            SessionKey(scope_for(CLIENT_KEY), session_id),
+            identifiers(archive, [c for c in codes if any(c in str(m) for m in archive.values())]),
+        )
         probes = _probe(driver, sim) if probe else []
+        savings = _savings(http, root) if shadow else None
     return Replay(
         session.name,
         background,
@@ -295,7 +314,17 @@ def replay(
         time.monotonic() - started,
         archive,
         probes,
+        hits,
+        missed,
+        savings,
     )
+
+
+def _savings(http: httpx.Client, root: str) -> dict[str, Any]:
+    answer = http.get(f"{root}/admin/savings", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    answer.raise_for_status()
+    data: dict[str, Any] = answer.json()
+    return data
 
 
 def _probe(driver: _Driver, sim: Simulator) -> list[ProbeOutcome]:

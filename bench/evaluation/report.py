@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.evaluation.artifacts import KINDS as ARTIFACT_KINDS
-from bench.evaluation.kinds import edits_table, kinds_json, kinds_table
+from bench.evaluation.kinds import edits_table, kinds_json, kinds_table, missed_searches
 from bench.evaluation.metrics import ArmResult, Retention
+from bench.evaluation.money import MONEY_NOTE, money_table
 from bench.evaluation.needles import DEPTHS, PLACES
 from bench.evaluation.plot import plot
 from bench.evaluation.recoverable import pooled as pooled_recoverable
 from bench.evaluation.runner import ARMS, LARGE_WINDOW, EvalConfig, EvalResults, SessionResult
+from bench.evaluation.shadow import SHADOW_HEADER, SHADOW_NOTE, shadow_pooled, shadow_rows
 from bench.evaluation.tables import Fraction, frac, pooled, share
 from bench.evaluation.tables import table as _table
 
@@ -361,6 +363,18 @@ def markdown(results: EvalResults) -> str:
         "",
         *arms_table(results),
         "",
+        "### Money with cache tiers (prompt side, default prices)",
+        "",
+        *money_table(results),
+        "",
+        MONEY_NOTE,
+        "",
+        "### Shadow agreement (per window)",
+        "",
+        *_table(SHADOW_HEADER, shadow_rows(results.sessions)),
+        "",
+        SHADOW_NOTE,
+        "",
         "### By session kind (pooled)",
         "",
         *kinds_table(results),
@@ -370,7 +384,14 @@ def markdown(results: EvalResults) -> str:
         "mini-swe-agent, OpenCode, aider) and chat or tool services (tau-bench airline). "
         "*Newest read in view at edit*: for each file edit of a coding session (found by "
         "compression/fileops.py on the original history) that had an earlier read, whether the "
-        "newest read's result was verbatim in the request the model answered with the edit.",
+        "newest read's result was verbatim in the request the model answered with the edit. "
+        "*Sessions whose user msgs fit*: every user message of the session fits the "
+        "compressor's budget for them (`user_share` of the threshold, at most 60% of what the "
+        "system prompt and tools leave); the *(fit)* columns count those sessions only. "
+        "*Archive search*: up to 24 identifiers per session that the archive holds (record ids, "
+        "paths, error names, planted codes), each searched through ctxgate's archive index "
+        "once as `ID:` and once as `ID.`; a hit returns a message holding it"
+        + missed_searches(results),
         "",
         "### Newest read in view at edit (coding sessions)",
         "",
@@ -424,6 +445,7 @@ def to_json(results: EvalResults) -> dict[str, Any]:
         "sessions": sessions,
         "by_kind": kinds_json(results),
         "probes": results.probes,
+        "shadow": shadow_pooled(results.sessions),
     }
 
 

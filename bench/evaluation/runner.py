@@ -19,6 +19,7 @@ from bench.evaluation.metrics import (
 from bench.evaluation.needles import plant
 from bench.evaluation.progress import Progress
 from bench.evaluation.replay import replay
+from bench.evaluation.shadow import ShadowResult, measure
 
 REPO = Path(__file__).resolve().parents[2]
 KIND_CYCLE = ("tau", "swe-text", "agents", "swe-fc", "tau", "swe-text")
@@ -57,6 +58,7 @@ ARMS: dict[str, ArmSpec] = {
     ),
 }
 QUICK_ARMS = ("main", "bg-off")
+MAIN = "main"
 # Replaying a session costs turns × history, which grows with the square of the window: the
 # larger windows get fewer sessions and arms (the full run stays within ~15 min on 2 CPUs), and
 # from LARGE_WINDOW on sessions are 3 windows long instead of 5.
@@ -82,6 +84,7 @@ class EvalConfig:
     show_progress: bool = True
     llama_url: str | None = None
     quick: bool = False
+    shadow: bool = True  # shadow-agreement replays of each session (arm main's options)
 
     def sessions_at(self, window: int) -> int:
         planned = self.plan.get(window)
@@ -115,6 +118,7 @@ class SessionResult:
     full: BaselineResult
     masking: BaselineResult
     arms: dict[str, ArmResult] = field(default_factory=dict)
+    shadow: list[ShadowResult] = field(default_factory=list)
 
 
 @dataclass
@@ -161,6 +165,7 @@ def evaluate(config: EvalConfig) -> EvalResults:
     started = time.monotonic()
     sessions = prepare_sessions(config)
     replays = sum(len(config.arms_at(s.window)) for s in sessions)
+    replays += len(sessions) if config.shadow else 0
     bar = Progress(replays, enabled=config.show_progress)
     results: list[SessionResult] = []
     for session in sessions:
@@ -176,11 +181,15 @@ def evaluate(config: EvalConfig) -> EvalResults:
                 gap_s=config.gap_s,
                 progress=bar.update,
             )
-            result.arms[arm] = arm_result(arm, session, run)
+            result.arms[arm] = arm_result(arm, session, run, spec.options(session.window))
             errors = result.arms[arm].client_errors
             bar.finish_replay(
                 f"{run.seconds:.0f}s" + (f", {errors} client errors" if errors else "")
             )
+        if config.shadow:
+            bar.start(f"{session.name} shadow")
+            result.shadow = measure(session, ARMS[MAIN].options(session.window))
+            bar.finish_replay(", ".join(f"{r.variant} {r.checks} checks" for r in result.shadow))
         results.append(result)
     probes = None
     if config.llama_url is not None:

@@ -8,5 +8,5 @@ message of a view came from; `summarizer.py` makes the engine's summary call); `
 frozen record of a request on its way. `recall.py` and `rounds.py` offer the recall tool and
 answer its calls; `metrics.py` counts what happened.
 
-May import: proxy.doors, proxy.provider, proxy.settings, proxy.errors.
+May import: proxy.ledger, proxy.doors, proxy.provider, proxy.settings, proxy.errors.
 """

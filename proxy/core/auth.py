@@ -1,6 +1,7 @@
 """Who may use the proxy and its admin API.
 
-With `auth.keys` configured, clients present one of those keys (Bearer or x-api-key); the key
+With `auth.keys` configured, clients present one of those keys (Bearer, x-api-key or
+Google's x-goog-api-key, which the Gemini door also takes from a `key=` query); the key
 never travels upstream (the upstream's own key is used). Without keys, the client's credential
 is passed through to upstreams that have no key of their own. Comparisons are constant-time
 over SHA-256 digests, so only digests are held in memory after start-up.
@@ -55,7 +56,7 @@ class Authenticator:
         """The client's headers minus a ctxgate key, which must never reach an upstream."""
         out = {k.lower(): v for k, v in headers.items()}
         if self._keys:
-            for name in ("authorization", "x-api-key", "api-key"):
+            for name in ("authorization", "x-api-key", "api-key", "x-goog-api-key"):
                 out.pop(name, None)
         return out
 

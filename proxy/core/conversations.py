@@ -43,6 +43,7 @@ from proxy.core.summarizer import UpstreamSummarizer, summary_route
 from proxy.core.turn import Turn
 from proxy.doors.frontdoor import FrontDoor, Usage, WireRequest
 from proxy.doors.registry import summary_door
+from proxy.ledger.book import Ledger
 from proxy.provider.headers import upstream_request_headers
 from proxy.provider.overflow import Overflow
 from proxy.provider.upstream import Upstream
@@ -65,6 +66,7 @@ class Conversations:
         models: Models,
         sessions: Sessions,
         clock: Callable[[], float],
+        ledger: Ledger | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -73,6 +75,7 @@ class Conversations:
         self.models = models
         self.sessions = sessions
         self.clock = clock
+        self.ledger = ledger  # summary calls' charges
         self.lineages = Lineages(store, sessions.tips)
         c = settings.compression
         self.rules = Rules(background=c.background, max_attempts=c.max_attempts)
@@ -165,7 +168,13 @@ class Conversations:
         forwarded = [(k, v) for k, v in turn.client_headers.items() if k in _SUMMARY_HEADERS]
         headers = upstream_request_headers(forwarded, upstream.settings)
         door = summary_door(upstream.settings.apis, turn.door)
-        return UpstreamSummarizer(upstream, door, model, headers, summary.timeout_s)
+        ledger, spawn = self.ledger, self.sessions.spawn
+
+        async def charge(usage: Usage | None) -> None:
+            if ledger is not None:  # recorded beside the compression, not in its way
+                spawn(ledger.overhead(turn.key, model, "summary", usage))
+
+        return UpstreamSummarizer(upstream, door, model, headers, summary.timeout_s, charge)
 
     async def _compress(self, turn: Turn, action: Compress) -> Applied:
         model = turn.request.model

@@ -34,6 +34,8 @@ from proxy.doors.frontdoor import IMAGE_MARK, FrontDoor, StreamWatch, Usage
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.streaming import EventStreamResponse, StreamRelay
 from proxy.errors import BadRequest, UpstreamStatus, unknown_model
+from proxy.ledger.book import Ledger, full_prompt
+from proxy.ledger.shadow import Shadow, ShadowJob
 from proxy.provider.headers import client_response_headers, upstream_request_headers
 from proxy.provider.images import ImageLimit, image_limit, shrink_images
 from proxy.settings import ModelRule, Settings
@@ -53,13 +55,17 @@ class Gateway:
         auth: Authenticator,
         metrics: Metrics,
         recaller: Recaller,
+        ledger: Ledger | None = None,
+        shadow: Shadow | None = None,
     ) -> None:
         self.settings = settings
         self.conversations = conversations
         self.auth = auth
         self.metrics = metrics
         self.recaller = recaller
-        self.rounds = Rounds(recaller, metrics, self._open_stream)
+        self.ledger = ledger
+        self.shadow = shadow
+        self.rounds = Rounds(recaller, metrics, self._open_stream, self._charge_round)
         self._earlier: dict[str, GrownBodies] = {}  # per door that can use them
         self._rules: dict[tuple[str, str], ModelRule] = {}  # (model, api) -> its served rule
 
@@ -172,12 +178,65 @@ class Gateway:
             headers=out_headers,
             media_type=response.headers.get("content-type", "application/json"),
             # Bookkeeping runs once the client has its answer: it is not what they wait for.
-            background=BackgroundTask(self._answered, measured, first, recall),
+            background=BackgroundTask(self._answered, measured, first, recall, content),
         )
 
-    async def _answered(self, turn: Turn, answer: bytes, recall: Recalled) -> None:
-        await self._finish(turn, turn.door.usage(answer))
+    async def _answered(self, turn: Turn, answer: bytes, recall: Recalled, shown: bytes) -> None:
+        usage = turn.door.usage(answer)
+        await self._finish(turn, usage)
         await self.recaller.record(turn, recall.turn, recall.hidden, recall.seconds)
+        await self._charge(turn, usage, shown)
+
+    async def _charge(
+        self, turn: Turn, usage: Usage | None, shown: bytes | None, check: bool = True
+    ) -> None:
+        """The ledger's record of a client request's first round (its view's figures), and
+        a shadow check of it when one is due (`shown`: the answer the client got, when it
+        was not streamed)."""
+        if self.ledger is None or usage is None or turn.request.passthrough:
+            return
+        model = turn.request.model
+        models = self.conversations.models
+        full = full_prompt(
+            usage.prompt_tokens,
+            turn.messages,
+            turn.view,
+            turn.request.tools,
+            models.counter(turn.rule, model),
+            models.calibration(model),
+        )
+        try:
+            await self.ledger.request(
+                turn.key, model, turn.door.api, usage, full, turn.view_changed, turn.started_at
+            )
+        except Exception:  # the answer is already out; nothing left to report it to
+            log.exception("recording a request's charge failed")
+        shadow = self.shadow
+        if check and shadow is not None and turn.view_changed:
+            if shadow.wants(turn.door.api, full, turn.context_length):
+                shadow.start(self._shadow_job(turn, full, shown))
+
+    def _shadow_job(self, turn: Turn, full: int, shown: bytes | None) -> ShadowJob:
+        trigger = turn.notes[-1].trigger if turn.notes else "checkpoint"
+        return ShadowJob(
+            turn.key,
+            turn.request.model,
+            trigger,
+            turn.door,
+            turn.upstream,
+            self._upstream_headers(turn),
+            turn.request.raw,
+            turn.door.render(turn.request, turn.view, turn.max_tokens, ()),
+            shown,
+            full,
+        )
+
+    async def _charge_round(self, turn: Turn, usage: Usage | None) -> None:
+        """A recall round's charge (a call compression made necessary), recorded beside the
+        request rather than in its way."""
+        if self.ledger is not None:
+            charge = self.ledger.overhead(turn.key, turn.request.model, "recall", usage)
+            self.conversations.sessions.spawn(charge)
 
     async def _finish(self, turn: Turn, usage: Usage | None, status: int = 200) -> None:
         # A coroutine: Starlette would run a plain function in a worker thread.
@@ -274,6 +333,14 @@ class Gateway:
                 hidden = relay.filter is not None and relay.filter.hid
                 if hidden:
                     self.metrics.recall_hidden.inc()
+                # Charged whenever the provider reported usage (it bills a stream the client
+                # left early too), beside the request: a client gone cancels this task even
+                # through the shield. Checked only when the answer reached its normal end.
+                whole = relay.watch.finished and relay.watch.failed is None
+                charge = self._charge(measured.turn, measured.watch.usage, None, check=whole)
+                self.conversations.sessions.spawn(charge)
+                if relay.watch is not measured.watch:  # the client's round was a recall round
+                    await self._charge_round(measured.turn, relay.watch.usage)
                 await self.recaller.record(measured.turn, recall.turn, hidden, recall.seconds)
 
 

@@ -18,6 +18,7 @@ from compression.handles import RECALL_TOOL
 from proxy.core.metrics import Metrics
 from proxy.core.recall import Recaller
 from proxy.core.turn import Turn
+from proxy.doors.frontdoor import Usage
 from proxy.doors.streaming import StreamRelay
 from proxy.errors import ProxyError, UpstreamStatus
 
@@ -27,6 +28,8 @@ log = logging.getLogger("ctxgate.gateway")
 OpenStream = Callable[
     [Turn, AsyncExitStack, bool], Awaitable[tuple[Turn, httpx.Response, StreamRelay]]
 ]
+# Records a recall round's usage in the ledger: the gateway's.
+ChargeRound = Callable[[Turn, Usage | None], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +42,17 @@ class Recalled:
 
 
 class Rounds:
-    def __init__(self, recaller: Recaller, metrics: Metrics, open_stream: OpenStream) -> None:
+    def __init__(
+        self,
+        recaller: Recaller,
+        metrics: Metrics,
+        open_stream: OpenStream,
+        charge: ChargeRound | None = None,
+    ) -> None:
         self.recaller = recaller
         self.metrics = metrics
         self.open_stream = open_stream
+        self.charge = charge
 
     async def complete(
         self, turn: Turn, response: httpx.Response, headers: dict[str, str]
@@ -64,6 +74,8 @@ class Rounds:
                 again = await self._round(following, headers)
                 if again is None:
                     break
+            if self.charge is not None:
+                await self.charge(following, following.door.usage(again.content))
             turn, response, content = following, again, again.content
         hidden = turn.door.tool_calls(content, RECALL_TOOL) is not None
         if hidden:
@@ -125,6 +137,8 @@ class Rounds:
                 relay.filter = turn.door.call_filter(RECALL_TOOL)
                 return turn, response, relay, held
             await read.aclose()  # the round answered is read: its connection can go
+            if turn is not first and self.charge is not None:
+                await self.charge(turn, relay.watch.usage)  # a recall round read to its end
             turn, response, relay, read = opened
             if plain:
                 return turn, response, relay, []

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
-from proxy.doors.frontdoor import FrontDoor
+from proxy.doors.frontdoor import FrontDoor, Usage
 from proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from proxy.provider.upstream import Upstream
 from proxy.settings import SummarySettings
@@ -37,6 +37,7 @@ class UpstreamSummarizer:
         model: str,
         headers: Mapping[str, str],
         timeout_s: float,
+        charge: Callable[[Usage | None], Awaitable[None]] | None = None,
     ) -> None:
         self.upstream = upstream
         self.door = door
@@ -44,6 +45,7 @@ class UpstreamSummarizer:
         given = {k.lower(): v for k, v in headers.items() if k.lower() not in _BODY_HEADERS}
         self.headers = {**given, **_BODY_HEADERS}
         self.timeout_s = timeout_s
+        self.charge = charge  # records the call's usage in the ledger
 
     async def __call__(self, call: SummaryCall) -> SummaryReply:
         try:
@@ -65,4 +67,6 @@ class UpstreamSummarizer:
                 f"summary model answered {response.status_code}: {response.text[:300]}",
                 status=response.status_code,
             )
+        if self.charge is not None:
+            await self.charge(self.door.usage(response.content))
         return self.door.summary_reply(response.content)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from compression.engine import SummaryCall, SummaryReply
 from compression.types import Message, ToolSchema
@@ -55,6 +55,8 @@ IMAGE_MARK = b'"image_url"'
 class Usage:
     prompt_tokens: int  # the whole prompt the provider processed, cached tokens included
     completion_tokens: int | None = None
+    cache_read: int = 0  # of prompt_tokens, those the provider read from its prompt cache
+    cache_write: int = 0  # of prompt_tokens, those it wrote to the cache (Anthropic bills them)
 
 
 class StreamWatch(Protocol):
@@ -146,6 +148,18 @@ class FrontDoor(Protocol):
 def without_original(message: Message) -> dict[str, Any]:
     """The message's chat fields, without the original items a door keeps in it."""
     return {k: v for k, v in message.items() if k != ORIGINAL}
+
+
+def with_original(message: Message, original: dict[str, Any]) -> Message:
+    """The message, keeping the wire piece it was converted from under `ORIGINAL`."""
+    cast(dict[str, Any], message)[ORIGINAL] = original
+    return message
+
+
+def original_of(message: Message) -> dict[str, Any] | None:
+    """The wire piece a chat message was converted from (None for ctxgate's own)."""
+    original = cast(dict[str, Any], message).get(ORIGINAL)
+    return original if isinstance(original, dict) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,10 @@
 Holds the ASGI app (`app.py`) and the parts it runs on (`services.py`), the front doors' routes
 and the request body's reading (`routes.py`), the Responses API's other routes and its
 `/compact` (`responses_routes.py`, `responses_compaction.py`), Anthropic's `count_tokens`
-(`token_count.py`), every other `/v1` path relayed untouched (`relay.py`), the admin API and
+(`token_count.py`), the Gemini API's routes (`gemini_routes.py`), every other `/v1` path
+relayed untouched (`relay.py`), the admin API and
 the dashboard (`admin.py`, `dashboard.py`, `static/`), and the `ctxgate` command with its
 offline `compress` and its logs (`cli.py`, `offline.py`, `logs.py`).
 
-May import: proxy.core, proxy.doors, proxy.provider, proxy.settings, proxy.errors.
+May import: proxy.core, proxy.ledger, proxy.doors, proxy.provider, proxy.settings, proxy.errors.
 """

@@ -1,6 +1,7 @@
 """The admin API (behind `auth.admin_key`) and, mounted with it, the dashboard.
 
     GET    /admin/sessions?limit=&offset=&order=last_activity|tokens&scope=
+    GET    /admin/savings                           tokens and money saved, shadow agreement
     GET    /admin/sessions/{scope}/{key}            session, limits, events, checkpoints, usage
     GET    /admin/sessions/{scope}/{key}/archive    the originals compressions replaced
     GET    /admin/sessions/{scope}/{key}/audit      replaced positions against archived ones
@@ -32,6 +33,7 @@ from proxy.core.provenance import replaced_positions
 from proxy.edge.dashboard import router as dashboard_router
 from proxy.edge.services import Services
 from proxy.errors import NotFound, invalid_request
+from proxy.ledger.savings import Tally, charge_json, per_session, savings_json, tally
 from storage import (
     PROMPT_TOKENS_PENDING,
     ArchiveFacts,
@@ -39,6 +41,7 @@ from storage import (
     SessionKey,
     SessionRecord,
 )
+from storage.savings import ShadowGroup
 
 MAX_PAGE = 500
 
@@ -155,15 +158,62 @@ async def list_sessions(
     store = _services(request).store
     # One row more than asked tells whether another page exists without a COUNT query.
     rows = await store.list_sessions(scope=scope, limit=limit + 1, offset=offset, order=order)
+    keys = [SessionKey(r.scope, r.key) for r in rows[:limit]]
+    groups = await store.charge_groups(keys, per_session=True)
+    tallies = per_session(groups, _services(request).settings.price_for)
     return json_response(
         {
             "object": "list",
-            "data": [session_json(r) for r in rows[:limit]],
+            "data": [
+                session_json(r) | {"savings": _session_savings(tallies.get((r.scope, r.key)))}
+                for r in rows[:limit]
+            ],
             "limit": limit,
             "offset": offset,
             "order": order,
             "has_more": len(rows) > limit,
         }
+    )
+
+
+def _session_savings(tally: Tally | None) -> dict[str, object] | None:
+    return None if tally is None else tally.as_json()
+
+
+def shadow_json(groups: list[ShadowGroup]) -> dict[str, object]:
+    """Shadow agreement per model (and per trigger within it) and overall."""
+    models: dict[str, dict[str, Any]] = {}
+    for g in groups:
+        entry = models.setdefault(g.model, {"triggers": {}, **_agreement(0, 0, 0, 0)})
+        entry["triggers"][g.trigger] = _agreement(
+            g.samples, g.agreements, g.noise_agreements, g.tokens
+        )
+    for model, entry in models.items():
+        rows = [g for g in groups if g.model == model]
+        entry.update(_agreement(*(sum(getattr(g, f) for g in rows) for f in _SHADOW_SUMS)))
+    total = _agreement(*(sum(getattr(g, f) for g in groups) for f in _SHADOW_SUMS))
+    return {"object": "shadow_checks", "total": total, "models": dict(sorted(models.items()))}
+
+
+_SHADOW_SUMS = ("samples", "agreements", "noise_agreements", "tokens")
+
+
+def _agreement(samples: int, agreements: int, noise: int, tokens: int) -> dict[str, Any]:
+    return {
+        "samples": samples,
+        "agreement": agreements / samples if samples else None,
+        "noise_floor_agreement": noise / samples if samples else None,
+        "tokens": tokens,
+    }
+
+
+@api.get("/savings", summary="Tokens and money saved, per model and overall; shadow agreement")
+async def savings(request: Request) -> Response:
+    services = _services(request)
+    groups = await services.store.charge_groups()
+    shadow = await services.store.shadow_groups()
+    return json_response(
+        savings_json(groups, services.settings.price_for) | {"shadow": shadow_json(shadow)}
     )
 
 
@@ -238,7 +288,18 @@ async def session_detail(scope: str, key: str, request: Request) -> Response:
     detail = await services.store.session_detail(sk)
     if detail is None:
         raise unknown(sk)
-    return json_response(detail_json(services, detail))
+    groups = await services.store.charge_groups([sk])
+    shadow = await services.store.shadow_groups(sk)
+    price_for = services.settings.price_for
+    charges = await services.store.charges_of(sk)
+    return json_response(
+        detail_json(services, detail)
+        | {
+            "savings": tally(groups, price_for).as_json() if groups else None,
+            "charges": [charge_json(c, price_for(c.model)) for c in charges],
+            "shadow": shadow_json(shadow),
+        }
+    )
 
 
 @api.delete("/sessions/{scope}/{key:path}", summary="Delete a session and its archive")

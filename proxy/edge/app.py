@@ -19,6 +19,10 @@ from compression.engine import ContextEngine
 from proxy.doors.frontdoor import FrontDoor
 from proxy.doors.registry import BY_PATH
 from proxy.edge.admin import router as admin_router
+from proxy.edge.gemini_routes import ENVELOPE as GEMINI_ENVELOPE
+from proxy.edge.gemini_routes import door_for as gemini_door
+from proxy.edge.gemini_routes import is_gemini_path
+from proxy.edge.gemini_routes import router as gemini_router
 from proxy.edge.relay import router as relay_router
 from proxy.edge.responses_routes import router as responses_router
 from proxy.edge.routes import header_dict, read_request_body, router
@@ -36,6 +40,8 @@ async def on_proxy_error(request: Request, exc: Exception) -> Response:
     if services is not None:
         services.metrics.finished(exc.status_code)
     door = BY_PATH.get(request.url.path)
+    if door is None and is_gemini_path(request.url.path):
+        door = GEMINI_ENVELOPE
     return error_response(exc, envelope=door.error_body if door is not None else None)
 
 
@@ -67,7 +73,7 @@ class CtxgateApp(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
-            door = BY_PATH.get(scope["path"])
+            door = BY_PATH.get(scope["path"]) or gemini_door(scope)
             if door is not None:
                 scope["app"] = self
                 await self._serve(door, scope, receive, send)
@@ -118,6 +124,7 @@ def create_app(
     app.include_router(router)
     app.include_router(responses_router)
     app.include_router(admin_router)
+    app.include_router(gemini_router)
     app.include_router(relay_router)  # last: every other /v1 path goes upstream untouched
 
     app.add_exception_handler(ProxyError, on_proxy_error)

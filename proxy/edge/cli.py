@@ -1,4 +1,5 @@
-"""The `ctxgate` command: `serve` runs the proxy, `compress` previews a compression offline."""
+"""The `ctxgate` command: `serve` runs the proxy, `compress` previews a compression offline,
+`run` runs an agent through an embedded proxy."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from proxy.edge.app import create_app
     from proxy.edge.logs import configure_logging
+    from proxy.settings import worker_count
 
     settings = load_settings(args.config)
     configure_logging(settings.logging.level, settings.logging.json)
@@ -31,6 +33,13 @@ def _serve(args: argparse.Namespace) -> int:
         )
     if not settings.auth.keys:
         log.info("no auth.keys configured: clients' own Authorization is passed upstream")
+    workers = settings.server.workers
+    if args.workers is not None:
+        workers = worker_count(args.workers, "--workers")
+    if workers > 1:
+        from proxy.edge.workers import serve_workers
+
+        return serve_workers(settings, host, port, workers, _tune_gc)
     app = create_app(settings)
     log.info(
         "ctxgate listening on http://%s:%d (storage %s)",
@@ -69,6 +78,19 @@ def _compress(args: argparse.Namespace) -> int:
     )
 
 
+def _run(args: argparse.Namespace) -> int:
+    import os
+
+    from proxy.edge.run.launcher import RunOptions, run
+
+    options = RunOptions(
+        [args.agent, *args.args], attach=args.attach, config=args.config, port=args.port
+    )
+    # The agent inherits the user's whole environment, and the embedded server's upstreams
+    # come from it the way the zero-config settings do.
+    return run(options, os.environ)  # noqa: TID251
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="YAML config file (default: zero-config from env)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers", help="processes serving the port, or auto (one per usable core); default 1"
+    )
     serve.set_defaults(run=_serve)
     compress = sub.add_parser("compress", help="compress a chat request body offline")
     compress.add_argument("file", help="JSON request body (or JSON lines); - for stdin")
@@ -84,6 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
     compress.add_argument("--force", action="store_true", help="compress even under threshold")
     compress.add_argument("--focus", help="topic the summary should preserve in detail")
     compress.set_defaults(run=_compress)
+    agent = sub.add_parser(
+        "run",
+        help="run an agent through ctxgate (claude, codex, aider, opencode, gemini, …)",
+        description="Start ctxgate on a free loopback port (zero config: upstreams from the "
+        "usual environment variables, sessions under the user's data directory), run AGENT "
+        "pointed at it, exit with its exit code and print what ctxgate did.",
+    )
+    agent.add_argument("--attach", metavar="URL", help="use a running ctxgate instead")
+    agent.add_argument("--config", help="YAML config file instead of the zero-config settings")
+    agent.add_argument("--port", type=int, help="port of the embedded ctxgate (default: free)")
+    agent.add_argument("agent", metavar="AGENT", help="the agent's command")
+    agent.add_argument("args", nargs=argparse.REMAINDER, help="the agent's own arguments")
+    agent.set_defaults(run=_run)
     return parser
 
 

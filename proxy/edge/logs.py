@@ -90,6 +90,12 @@ class PlainFormatter(logging.Formatter):
 def configure_logging(level: str, as_json: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if as_json else PlainFormatter())
+    log_through(handler, level)
+
+
+def log_through(handler: logging.Handler, level: str) -> None:
+    """Every log line, uvicorn's too, goes through `handler` alone (access lines only from
+    WARNING)."""
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

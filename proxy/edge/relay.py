@@ -8,7 +8,8 @@ The upstream is the one the model rules give for the request's model (the JSON b
 or the id in `/v1/models/{id}`), else the first upstream configured. A JSON body is read to find
 its model (within `server.max_body_bytes`); any other body (multipart uploads, audio) streams
 through as it arrives, never held whole in memory. The answer's status, headers and bytes are
-relayed as they come, streamed answers included.
+relayed as they come, streamed answers included. The other routes that relay a call (the
+Gemini API's, the Responses API's) use the same parts: `relay_headers`, `relayed`, `answered`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
 
+import httpx
 import orjson
 from fastapi import APIRouter, Request
 from starlette.requests import ClientDisconnect
@@ -122,13 +124,15 @@ async def relay(request: Request) -> Response:
         )
         model, from_path = model_of(request.url.path, body, content_type)
     upstream = services.upstreams[upstream_name(services.settings, model, from_path)]
-    out = _request_headers(headers, services.auth.forwardable(headers), upstream)
-    return await _relay(upstream, request.method, target, body, out)
+    out = relay_headers(headers, services.auth.forwardable(headers), upstream)
+    return await relayed(upstream, request.method, target, body, out)
 
 
-def _request_headers(
+def relay_headers(
     client: Mapping[str, str], forward: Mapping[str, str], upstream: Upstream
 ) -> dict[str, str]:
+    """The headers a relayed request sends: the forwardable ones, with the client's own body
+    framing and accepted encodings (the bytes go on as they came)."""
     out = upstream_request_headers(forward.items(), upstream.settings)
     for name in _BODY_HEADERS:
         if name in client:
@@ -139,13 +143,14 @@ def _request_headers(
     return out
 
 
-async def _relay(
+async def relayed(
     upstream: Upstream,
     method: str,
     target: str,
     body: bytes | AsyncIterator[bytes],
     headers: Mapping[str, str],
 ) -> Response:
+    """The upstream's answer to a relayed request, streamed to the client as it comes."""
     stack = AsyncExitStack()
     try:
         response = await stack.enter_async_context(upstream.relay(method, target, body, headers))
@@ -165,3 +170,17 @@ async def _relay(
             await stack.aclose()
 
     return EventStreamResponse(chunks(), response.status_code, out)
+
+
+def answered(answer: httpx.Response, extra: Mapping[str, str] | None = None) -> Response:
+    """A buffered upstream answer as the client gets it: its status, bytes and content type,
+    the headers a client may see, and `extra`."""
+    out = client_response_headers(answer.headers.items())
+    out.pop("content-type", None)
+    out.update(extra or {})
+    return Response(
+        answer.content,
+        status_code=answer.status_code,
+        headers=out,
+        media_type=answer.headers.get("content-type", "application/json"),
+    )

@@ -26,9 +26,10 @@ from starlette.responses import Response
 from proxy.core.identity import identify, scope_for
 from proxy.doors.responses.door import ResponsesDoor
 from proxy.doors.responses.render import to_items
+from proxy.edge.relay import answered
 from proxy.edge.services import Services
 from proxy.errors import BadRequest, unknown_model
-from proxy.provider.headers import client_response_headers, upstream_request_headers
+from proxy.provider.headers import upstream_request_headers
 from proxy.settings import ModelRule
 
 COMPACT_PATH = "/responses/compact"
@@ -96,12 +97,4 @@ async def _forwarded(
         )
     sent = upstream_request_headers(forward.items(), upstream.settings)
     answer = await upstream.call("POST", COMPACT_PATH, raw, sent)
-    out = client_response_headers(answer.headers.items())
-    out.pop("content-type", None)
-    out.update({"x-ctxgate-compressed": "false", "x-ctxgate-reason": reason})
-    return Response(
-        answer.content,
-        status_code=answer.status_code,
-        headers=out,
-        media_type=answer.headers.get("content-type", "application/json"),
-    )
+    return answered(answer, {"x-ctxgate-compressed": "false", "x-ctxgate-reason": reason})

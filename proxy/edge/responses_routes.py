@@ -18,10 +18,11 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from proxy.core.gateway import served_rule
+from proxy.edge.relay import answered
 from proxy.edge.responses_compaction import compact
 from proxy.edge.routes import header_dict, read_request_body, services_of
 from proxy.errors import BadRequest
-from proxy.provider.headers import client_response_headers, upstream_request_headers
+from proxy.provider.headers import upstream_request_headers
 from proxy.provider.upstream import Upstream
 
 router = APIRouter()
@@ -118,11 +119,4 @@ async def _relay(
         if answer.status_code != 404:
             break
     assert answer is not None  # `candidates` is never empty
-    out = client_response_headers(answer.headers.items())
-    out.pop("content-type", None)
-    return Response(
-        answer.content,
-        status_code=answer.status_code,
-        headers=out,
-        media_type=answer.headers.get("content-type", "application/json"),
-    )
+    return answered(answer)

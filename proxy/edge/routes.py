@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -138,7 +139,8 @@ async def list_models(request: Request) -> Response:
 
 @router.get("/healthz")
 async def healthz() -> Response:
-    return JSONResponse({"status": "ok"})
+    # The process id tells which worker of `serve --workers N` answered on this connection.
+    return JSONResponse({"status": "ok", "pid": os.getpid()})
 
 
 @router.get("/readyz")

@@ -23,10 +23,12 @@ from proxy.core.models import Models
 from proxy.core.pressure import measure
 from proxy.core.recall import Recaller
 from proxy.core.sessions import Sessions
+from proxy.ledger.book import Ledger
+from proxy.ledger.shadow import Shadow
 from proxy.provider.transport import new_http_transport
 from proxy.provider.upstream import Upstream
 from proxy.settings import Settings
-from storage import SessionLocks, SessionStore
+from storage import RetentionPolicy, SessionLocks, SessionStore, Sweeper
 
 
 def engine_options(settings: Settings) -> dict[str, Any]:
@@ -66,8 +68,13 @@ class Services:
     metrics: Metrics
     owns_http: bool
     owns_store: bool
+    sweeper: Sweeper | None = None  # the retention sweep's task, when retention is on
 
     async def close(self) -> None:
+        if self.sweeper is not None:
+            await self.sweeper.close()
+        if self.gateway.shadow is not None:
+            await self.gateway.shadow.close()  # checks still running: cancelled
         await self.conversations.close()
         if self.owns_store:
             await self.store.close()  # writes out the usage still queued in memory
@@ -108,7 +115,10 @@ async def start_services(
     )
     models = Models(settings, store, engine, await store.get_model_windows())
     sessions = Sessions(store, clock, settings.server.held_request_bytes)
-    conversations = Conversations(settings, store, compactor, upstreams, models, sessions, clock)
+    ledger = Ledger(settings, store, metrics.charged, clock)
+    conversations = Conversations(
+        settings, store, compactor, upstreams, models, sessions, clock, ledger
+    )
     auth = Authenticator(settings.auth)
     recaller = Recaller(
         store,
@@ -123,7 +133,9 @@ async def start_services(
         ),
         metrics,
     )
-    gateway = Gateway(settings, conversations, auth, metrics, recaller)
+    shadow = Shadow(settings.compression.shadow, store, ledger, metrics.shadowed, clock=clock)
+    gateway = Gateway(settings, conversations, auth, metrics, recaller, ledger, shadow)
+    sweeper = retention_sweeper(settings, store, locks.owner)
     return Services(
         settings,
         http,
@@ -137,4 +149,16 @@ async def start_services(
         metrics,
         owns_http=http_transport is None,
         owns_store=owns_store,
+        sweeper=sweeper,
     )
+
+
+def retention_sweeper(settings: Settings, store: SessionStore, owner: str) -> Sweeper | None:
+    """The periodic retention sweep, started (None when retention is off)."""
+    r = settings.storage.retention
+    if r.session_idle_days <= 0:
+        return None
+    policy = RetentionPolicy(r.session_idle_days * 86_400, r.keep_daily_usage, r.interval_s)
+    sweeper = Sweeper(store, policy, owner)
+    sweeper.start()
+    return sweeper

@@ -30,7 +30,7 @@ _REQUEST_DROP = HOP_BY_HOP | {
     "cookie",
 }
 # The client's credential headers: forwarded only to an upstream without a key of its own.
-_CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key"})
+_CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "server", "date"}
 
 
@@ -58,8 +58,8 @@ def upstream_request_headers(
         out[lower] = value
     out["accept-encoding"] = "identity"
     out.update({k.lower(): v for k, v in upstream.headers.items()})
-    if upstream.api_key and upstream.auth == "x-api-key":
-        out["x-api-key"] = upstream.api_key
+    if upstream.api_key and upstream.auth in ("x-api-key", "x-goog-api-key"):
+        out[upstream.auth] = upstream.api_key
     elif upstream.api_key:
         out["authorization"] = f"Bearer {upstream.api_key}"
     return out
@@ -90,9 +90,10 @@ def client_response_headers(upstream: Iterable[tuple[str, str]]) -> dict[str, st
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
-    """The credential a client presented, from `Authorization: Bearer` or `x-api-key`."""
+    """The credential a client presented, from `Authorization: Bearer`, `x-api-key` or
+    Google's `x-goog-api-key`."""
     value = headers.get("authorization")
     if value:
         scheme, _, token = value.partition(" ")
         return token.strip() if scheme.lower() == "bearer" and token.strip() else value.strip()
-    return headers.get("x-api-key") or headers.get("api-key")
+    return headers.get("x-api-key") or headers.get("api-key") or headers.get("x-goog-api-key")

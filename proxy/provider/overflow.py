@@ -91,6 +91,7 @@ _PROMPT = [
     re.compile(r"Given: (\d+) `inputs` tokens", re.IGNORECASE),
     re.compile(r"The input \((\d+) tokens\)", re.IGNORECASE),
     re.compile(r"exceed context limit: (\d+) \+", re.IGNORECASE),
+    re.compile(r"input token count \((\d+)\)", re.IGNORECASE),  # Gemini
 ]
 
 

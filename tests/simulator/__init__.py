@@ -9,6 +9,7 @@ from .agent import ScriptedAgent, is_claude_code_compaction
 from .anthropic_prompt import count_messages_tokens
 from .anthropic_rules import ThinkingSigner
 from .dialects import overflow_error, requested_max_tokens, tool_pairing_problems
+from .in_view import InViewModel, Need, step_result
 from .models import (
     DIALECTS,
     Behaviour,
@@ -41,7 +42,9 @@ __all__ = [
     "Disconnect",
     "Fail",
     "Hang",
+    "InViewModel",
     "ModelSpec",
+    "Need",
     "Received",
     "Reply",
     "ScriptedAgent",
@@ -58,6 +61,7 @@ __all__ = [
     "is_claude_code_compaction",
     "is_summary_request",
     "overflow_error",
+    "step_result",
     "requested_max_tokens",
     "tool_pairing_problems",
 ]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .anthropic_cache import CacheUsage, PromptCache
+from .anthropic_compaction import compaction_block, compacts
 from .anthropic_prompt import count_messages_tokens, prompt_of
 from .anthropic_rules import (
     ThinkingSigner,
@@ -285,12 +286,18 @@ class MessagesAPI:
             signer=self.signer,
             next_id=lambda: f"toolu_01Sim{next(self._tool_ids):013d}",
         )
+        stop_reason = stop_reason_of(reply)
+        edit = compacts(turn.body, turn.rec.prompt_tokens or 0) if bill else None
+        if edit is not None:
+            paused = edit.get("pause_after_compaction") is True
+            blocks = [compaction_block(turn.body), *([] if paused else blocks)]
+            stop_reason = "compaction" if paused else stop_reason
         usage = self._usage(turn, reply, bill)
         answer = Answer(
             message_id=f"msg_01Sim{next(self._message_ids):013d}",
             model=str(turn.body.get("model")),
             content=blocks,
-            stop_reason=stop_reason_of(reply),
+            stop_reason=stop_reason,
             usage=usage,
             output_tokens=output_tokens_of(reply, blocks),
         )

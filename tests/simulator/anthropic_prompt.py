@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .anthropic_compaction import compaction_cut
 from .tokens import IMAGE_TOKENS, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE, count_text
 
 MAX_BREAKPOINTS = 4
@@ -71,6 +72,9 @@ def block_tokens(block: Any) -> int:
         return content_tokens(block.get("content"))
     if kind == "thinking":
         return count_text(str(block.get("thinking", "")))
+    if kind == "compaction":
+        content = block.get("content")
+        return count_text(content) if isinstance(content, str) else 0
     if kind == "redacted_thinking":
         return len(str(block.get("data", ""))) // 4
     if isinstance(block.get("text"), str):
@@ -97,7 +101,9 @@ def _blocks(content: Any) -> list[Any]:
     return [content] if content is not None else []
 
 
-def _message_pieces(index: int, message: Any) -> list[Piece]:
+def _message_pieces(index: int, message: Any, start: int = 0) -> list[Piece]:
+    """The pieces of one message from its block `start` on (the blocks before the newest
+    compaction block are not read)."""
     if not isinstance(message, dict):
         text = _dumps(message)
         return [Piece(f"messages.{index}", text.encode(), count_text(text), False)]
@@ -108,9 +114,11 @@ def _message_pieces(index: int, message: Any) -> list[Piece]:
         return [Piece(f"messages.{index}", f"<{role}>".encode(), head, False)]
     pieces = []
     for j, block in enumerate(blocks):
-        marker = f"<{role}>" if j == 0 else ""
+        if j < start:
+            continue
+        marker = f"<{role}>" if j == start else ""
         canonical = (marker + _dumps(_without_cache_control(block))).encode()
-        tokens = block_tokens(block) + (head if j == 0 else 0)
+        tokens = block_tokens(block) + (head if j == start else 0)
         where = f"messages.{index}.content.{j}"
         pieces.append(Piece(where, canonical, tokens, _has_cache_control(block)))
     return pieces
@@ -137,12 +145,16 @@ def _tool_pieces(tools: Any) -> list[Piece]:
     return pieces
 
 
-def prompt_of(body: dict[str, Any]) -> Prompt:
-    """The request's prompt in caching order: tools, then system, then messages."""
+def prompt_of(body: dict[str, Any], *, whole: bool = False) -> Prompt:
+    """The request's prompt in caching order: tools, then system, then messages, these from
+    the newest compaction block on (the API reads nothing before it; `whole`: every block,
+    as the request's checks see it)."""
     pieces = _tool_pieces(body.get("tools")) + _system_pieces(body.get("system"))
     messages = body.get("messages")
+    cut = (None if whole else compaction_cut(messages)) or (0, 0)
     for i, message in enumerate(messages if isinstance(messages, list) else []):
-        pieces.extend(_message_pieces(i, message))
+        if i >= cut[0]:
+            pieces.extend(_message_pieces(i, message, cut[1] if i == cut[0] else 0))
     total = sum(p.tokens for p in pieces) + REPLY_PRIMING_TOKENS
     return Prompt(tuple(pieces), total)
 

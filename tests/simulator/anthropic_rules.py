@@ -11,6 +11,7 @@ import hmac
 import secrets
 from typing import Any
 
+from .anthropic_compaction import compaction_problems
 from .anthropic_prompt import MAX_BREAKPOINTS, prompt_of
 
 NONCE_BYTES = 12
@@ -73,7 +74,7 @@ def field_problem(body: Any, *, count_only: bool = False) -> str | None:
 
 
 def breakpoint_problem(body: dict[str, Any]) -> str | None:
-    found = prompt_of(body).breakpoints
+    found = prompt_of(body, whole=True).breakpoints
     if found > MAX_BREAKPOINTS:
         return (
             f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
@@ -207,7 +208,11 @@ def open_loop_problems(body: dict[str, Any]) -> list[Problem]:
     blocks = _blocks(assistant)
     if _role(assistant) != "assistant" or not blocks:
         return []
-    first = blocks[0].get("type") if isinstance(blocks[0], dict) else "text"
+    # A compaction block opening the turn comes before its thinking.
+    opening = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "compaction")]
+    if not opening:
+        return []
+    first = opening[0].get("type") if isinstance(opening[0], dict) else "text"
     if first in ("thinking", "redacted_thinking"):
         return []
     return [("missing_thinking", _MISSING_THINKING.format(index=index, found=first))]
@@ -222,4 +227,5 @@ def request_problems(body: dict[str, Any], signer: ThinkingSigner) -> list[Probl
     problems.extend(pairing_problems(body.get("messages")))
     problems.extend(signature_problems(body.get("messages"), signer))
     problems.extend(open_loop_problems(body))
+    problems.extend(compaction_problems(body.get("messages")))
     return problems

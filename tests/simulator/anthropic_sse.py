@@ -94,6 +94,8 @@ def output_tokens_of(reply: Reply, blocks: list[dict[str, Any]]) -> int:
     for block in blocks:
         if block["type"] == "tool_use":
             total += count_text(block["name"] or "") + count_text(json.dumps(block["input"]))
+        elif block["type"] == "compaction":
+            total += count_text(block.get("content") or "")
         else:
             total += count_text(block.get("text") or block.get("thinking") or "")
     return max(total, 1)
@@ -127,6 +129,10 @@ def _block_events(index: int, block: dict[str, Any]) -> list[Event]:
             for piece in split_text(block["thinking"], TEXT_PIECE_CHARS)
         ]
         deltas.append({"type": "signature_delta", "signature": block["signature"]})
+    elif kind == "compaction":
+        # One delta carries the whole summary (the API does not stream it in pieces).
+        start = {"type": "compaction", "content": None}
+        deltas = [{"type": "compaction_delta", "content": block["content"]}]
     elif kind == "tool_use":
         start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
         arguments = json.dumps(block["input"], ensure_ascii=False)

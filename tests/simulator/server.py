@@ -32,6 +32,7 @@ from .endpoints import (
     send_unknown_url,
 )
 from .exchange import Exchange, parse_request
+from .gemini_api import GeminiAPI, is_gemini_path
 from .images import image_error
 from .models import Behaviour, Disconnect, Fail, Hang, ModelSpec, Received, Reply, StreamError
 from .relayed import is_relayed_path, send_relayed
@@ -92,6 +93,7 @@ class Simulator:
         self._closing: asyncio.Event | None = None
         self._thread_error: BaseException | None = None
         self.messages_api = MessagesAPI(self)
+        self.gemini = GeminiAPI(self)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Simulator:
@@ -211,6 +213,11 @@ class Simulator:
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
+    @property
+    def gemini_url(self) -> str:
+        """The base URL of the Gemini dialect (an upstream's `base_url` for `apis: [gemini]`)."""
+        return f"{self.url}/v1beta"
+
     # ------------------------------------------------------------------ scripting & log
     def enqueue(self, *behaviours: Behaviour) -> None:
         """Script the next chat requests, one behaviour each, FIFO (overflow and auth
@@ -235,6 +242,7 @@ class Simulator:
             self._completion_ids = itertools.count(1)
             self._call_ids = itertools.count(1)
         self.messages_api.reset()
+        self.gemini.reset()
         self.responses.clear()
 
     @property
@@ -254,6 +262,13 @@ class Simulator:
     @property
     def responses_requests(self) -> list[Received]:
         return [r for r in self.received if r.is_responses]
+
+    @property
+    def gemini_requests(self) -> list[Received]:
+        """Gemini `generateContent` / `streamGenerateContent` calls (summaries included)."""
+        return [
+            r for r in self.received if "GenerateContent" in r.path or "generateContent" in r.path
+        ]
 
     @property
     def summary_requests(self) -> list[Received]:
@@ -294,7 +309,9 @@ class Simulator:
         rec, parse_error = self._record(scope, await read_body(receive))
         exchange = Exchange(scope, receive, send, rec)
         norm = rec.path.rstrip("/") or "/"
-        if self.messages_api.serves(rec, norm):
+        if is_gemini_path(norm):
+            await self.gemini.handle(exchange)
+        elif self.messages_api.serves(rec, norm):
             await self.messages_api.handle(exchange, norm)
         elif not self._authorized(rec.headers):
             await send_auth_error(exchange)
@@ -326,6 +343,8 @@ class Simulator:
             self.messages_api.inspect(rec)
         elif rec.is_responses:
             self.responses.inspect(rec)
+        elif is_gemini_path(rec.path):
+            self.gemini.inspect(rec)
         if self.keep_log:
             with self._lock:
                 self._received.append(rec)

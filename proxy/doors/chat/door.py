@@ -188,7 +188,9 @@ def _usage_in(raw: bytes) -> Usage | None:
     prompt = _int_or_none(usage.get("prompt_tokens"))
     if prompt is None:
         return None
-    return Usage(prompt, _int_or_none(usage.get("completion_tokens")))
+    details = usage.get("prompt_tokens_details")
+    cached = _int_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return Usage(prompt, _int_or_none(usage.get("completion_tokens")), min(cached or 0, prompt))
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -17,6 +17,12 @@ one is rebuilt with the original as template (thinking blocks always kept, first
 byte); one without an original (the summary) is built fresh. Consecutive same-role output is
 merged with `tool_result` blocks first, and any call left without its answer (or an answer
 without its call) is removed, so the upstream always receives valid pairs.
+
+A history with a compaction block is cut at the newest one (`compaction.py`): the messages
+before its turn are no chat message at all (the door puts them back, as they came, in front
+of the turn), and the turn is one system-role message of the fixed head:
+
+    {"compaction": {"message": …, "results": […], "results_template": …, "end": n}}
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ from typing import Any, TypedDict, cast
 import orjson
 
 from compression.types import ContentPart, Message, ToolCall
-
-ORIGINAL = "_ctxgate_original"
+from proxy.doors.frontdoor import original_of, with_original
+from proxy.doors.messages.compaction import HEAD, compaction_cut, compaction_head
 
 _THINKING = frozenset({"thinking", "redacted_thinking"})
 _CHAT_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -50,17 +56,29 @@ class _Piece(TypedDict):
     string: bool
     written: bool  # rebuilt or new: not the client's own bytes
     after: list[WireMessage]  # `role: system` entries that followed it
+    before: list[WireMessage]  # messages that go before it as they are (a compaction's dead)
 
 
 # -- wire to chat -------------------------------------------------------------------------------
 
 
-def to_chat(system: Any, messages: Sequence[WireMessage]) -> list[Message]:
-    """The chat-shaped conversation: the `system` field first, then every wire message."""
+def to_chat(
+    system: Any, messages: Sequence[WireMessage], *, compactions: bool = True
+) -> list[Message]:
+    """The chat-shaped conversation: the `system` field first, then every wire message (from
+    the newest compaction turn on, unless `compactions` is False)."""
     out: list[Message] = []
     if system is not None and system != "" and system != []:
         head = cast(Message, {"role": "system", "content": _system_content(system)})
-        out.append(_with_original(head, {"system": system}))
+        out.append(with_original(head, {"system": system}))
+    cut = compaction_cut(messages) if compactions else None
+    if cut is not None:
+        compacted = compaction_head(messages, cut)
+        turn = cast(Message, {"role": "system", "content": compacted.text()})
+        out.append(with_original(turn, compacted.original()))
+        if compacted.rest and compacted.results_template is not None:
+            out.append(_carrying("user", compacted.results_template, compacted.rest, False))
+        messages = messages[compacted.end :]
     for message in messages:
         if message.get("role") == "system" and out and out[-1].get("role") != "system":
             # Among the turns (Claude Code puts reminders there): it travels with the message
@@ -103,18 +121,7 @@ def _carrying(
     role: str, template: dict[str, Any], blocks: list[dict[str, Any]], string: bool
 ) -> Message:
     original = {"role": role, "template": template, "blocks": blocks, "string": string}
-    return _with_original(_converted(original), original)
-
-
-def _with_original(message: Message, original: dict[str, Any]) -> Message:
-    cast(dict[str, Any], message)[ORIGINAL] = original
-    return message
-
-
-def original_of(message: Message) -> dict[str, Any] | None:
-    """The wire content a chat message was converted from (None for ctxgate's own)."""
-    original = cast(dict[str, Any], message).get(ORIGINAL)
-    return original if isinstance(original, dict) else None
+    return with_original(_converted(original), original)
 
 
 def _converted(original: dict[str, Any]) -> Message:
@@ -181,11 +188,16 @@ class RenderedView:
     last_written: int | None  # the last message holding content ctxgate wrote or changed
 
 
-def render_view(view: Sequence[Message]) -> RenderedView:
+def render_view(view: Sequence[Message], dead: Sequence[WireMessage] = ()) -> RenderedView:
+    """The wire `system` and messages of a view; `dead`: the messages before the compaction
+    turn of the client's request, put back in front of that turn as they came."""
     system: Any = None
     pieces: list[_Piece] = []
     for message in view:
         original = original_of(message)
+        if original is not None and HEAD in original:
+            pieces.extend(_compaction_pieces(original[HEAD], list(dead)))
+            continue
         head = original is None or "system" in original
         if not pieces and head and message.get("role") in ("system", "developer"):
             system = _joined(system, _system_value(message, original))
@@ -219,12 +231,40 @@ def _piece(message: Message, original: dict[str, Any] | None) -> _Piece:
                 "string": original["string"],
                 "written": False,
                 "after": original.get("after", []),
+                "before": [],
             }
         return _rebuilt(message, original)
     role = message.get("role") or "user"
     wire_role = "user" if role == "tool" else role
     fresh: dict[str, Any] = {"role": wire_role, "template": {"role": wire_role}}
     return _rebuilt(message, fresh | {"string": False})
+
+
+def _compaction_pieces(head: dict[str, Any], dead: list[WireMessage]) -> list[_Piece]:
+    """The compaction turn as the client sent it, with the results that answer its calls."""
+    message: dict[str, Any] = head["message"]
+    content = message.get("content")
+    turn: _Piece = {
+        "role": str(message.get("role", "assistant")),
+        "blocks": list(content) if isinstance(content, list) else [],
+        "template": {k: v for k, v in message.items() if k != "content"},
+        "string": False,
+        "written": False,
+        "after": [],
+        "before": dead,
+    }
+    if not head.get("results"):
+        return [turn]
+    results: _Piece = {
+        "role": "user",
+        "blocks": list(head["results"]),
+        "template": head.get("results_template") or {"role": "user"},
+        "string": False,
+        "written": False,
+        "after": [],
+        "before": [],
+    }
+    return [turn, results]
 
 
 def _fields(message: Message) -> list[Any]:
@@ -254,6 +294,7 @@ def _rebuilt(message: Message, original: dict[str, Any]) -> _Piece:
         "string": string and len(blocks) == 1,
         "written": True,
         "after": original.get("after", []),
+        "before": [],
     }
 
 
@@ -313,6 +354,7 @@ def _merged(pieces: list[_Piece]) -> tuple[list[WireMessage], int | None]:
     out: list[WireMessage] = []
     written = None
     for run in _runs(pieces):
+        out.extend(run[0]["before"])
         out.append(_message(run))
         if any(piece["written"] for piece in run):
             written = len(out) - 1
@@ -324,7 +366,8 @@ def _runs(pieces: list[_Piece]) -> list[list[_Piece]]:
     runs: list[list[_Piece]] = []
     for piece in pieces:
         last = runs[-1][-1] if runs else None
-        if last is not None and piece["role"] == last["role"] and not last["after"]:
+        joins = last is not None and piece["role"] == last["role"] and not last["after"]
+        if joins and not piece["before"]:
             runs[-1].append(piece)
         else:
             runs.append([piece])

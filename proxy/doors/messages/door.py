@@ -16,11 +16,12 @@ import orjson
 
 from compression.engine import SummaryCall, SummaryReply
 from compression.types import Message, ToolSchema
-from proxy.doors.frontdoor import AnswerCalls, Usage, WireRequest
+from proxy.doors.frontdoor import ORIGINAL, AnswerCalls, Usage, WireRequest, original_of
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.messages import events, recall
-from proxy.doors.messages.blocks import ORIGINAL, original_of, render_view
+from proxy.doors.messages.blocks import render_view
 from proxy.doors.messages.cache import place_breakpoints
+from proxy.doors.messages.compaction import dead_prefix
 from proxy.doors.messages.request import read_body
 from proxy.errors import ProxyError, UpstreamStatus
 from proxy.provider.overflow import Overflow, classify_overflow
@@ -43,7 +44,7 @@ class MessagesDoor:
             max_tokens=read.max_tokens,
             tools=read.tools,
             session_hint=read.session_hint,
-            passthrough=None if read.messages else "no messages",
+            passthrough=_passthrough(read.body, read.messages),
             image_marks=read.image_marks,
         )
 
@@ -56,7 +57,8 @@ class MessagesDoor:
     ) -> bytes:
         if view is request.messages and max_tokens is None and not tools:
             return request.raw
-        rendered = render_view(without_stale_markers(view, request.messages))
+        dead = dead_prefix(request.body.get("messages"))
+        rendered = render_view(without_stale_markers(view, request.messages), dead)
         body: dict[str, Any] = dict(request.body)
         if tools:
             body["tools"] = recall.with_tools(body.get("tools"), tools)
@@ -107,6 +109,17 @@ class MessagesDoor:
 
     def call_filter(self, name: str) -> recall.MessagesCallFilter:
         return recall.MessagesCallFilter(name)
+
+
+# Anthropic's on-demand compaction (`"compaction": {"type": "summarize"}`): the provider
+# summarises the history the client sends, which must be the client's own.
+ON_DEMAND = "compaction: the provider compacts this history itself"
+
+
+def _passthrough(body: dict[str, Any], messages: list[Message]) -> str | None:
+    if not messages:
+        return "no messages"
+    return ON_DEMAND if body.get("compaction") is not None else None
 
 
 def without_stale_markers(view: list[Message], current: list[Message]) -> list[Message]:

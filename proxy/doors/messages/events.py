@@ -7,6 +7,7 @@ is only the uncached tail).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -42,7 +43,11 @@ def usage_of(usage: Any) -> Usage | None:
         if isinstance(value := usage.get(key), int)
     )
     output = usage.get("output_tokens")
-    return Usage(prompt, output if isinstance(output, int) else None)
+    read, write = (
+        value if isinstance(value := usage.get(key), int) else 0
+        for key in ("cache_read_input_tokens", "cache_creation_input_tokens")
+    )
+    return Usage(prompt, output if isinstance(output, int) else None, read, write)
 
 
 def answer_usage(answer: bytes) -> Usage | None:
@@ -110,7 +115,7 @@ class MessagesWatch:
             usage = (json_object(data) or {}).get("usage")
             output = usage.get("output_tokens") if isinstance(usage, dict) else None
             if isinstance(output, int):
-                self.usage = Usage(self.usage.prompt_tokens, output)
+                self.usage = replace(self.usage, completion_tokens=output)
         elif kind == "message_stop":
             self.finished = True
         elif kind == "error":

@@ -72,7 +72,7 @@ def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
         )
         for block in ours
     )
-    return AnswerCalls(message=to_chat(None, [wire])[0], calls=calls)
+    return AnswerCalls(message=to_chat(None, [wire], compactions=False)[0], calls=calls)
 
 
 def _replayed(block: Block, name: str) -> bool:

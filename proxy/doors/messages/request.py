@@ -14,8 +14,10 @@ import orjson
 
 from compression.types import Message, ToolSchema
 from proxy.doors.bodies import json_object
+from proxy.doors.frontdoor import original_of
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.messages.blocks import WireMessage, from_wire, to_chat
+from proxy.doors.messages.compaction import HEAD, holds_compaction
 from proxy.errors import BadRequest
 
 _ROLES = frozenset({"user", "assistant", "system"})
@@ -89,12 +91,23 @@ def _chat_messages(
     system: Any, messages: list[Any], known: int, converted: list[Message] | None
 ) -> list[Message]:
     added = cast(list[WireMessage], messages[known:])
-    if converted is not None and not any(m.get("role") == "system" for m in added):
-        # Each wire message converts on its own, but one with role "system" joins the
-        # message before it, which belongs to the kept conversion: that is converted anew.
+    if converted is not None and not _converted_anew(converted, added, known):
         return [*converted, *(m for message in added for m in from_wire(message))]
     blocks = [b for b in system if isinstance(b, dict)] if isinstance(system, list) else system
     return to_chat(blocks, cast(list[WireMessage], messages))
+
+
+def _converted_anew(converted: list[Message], added: list[WireMessage], known: int) -> bool:
+    """Whether added messages change how the kept ones convert. Each wire message converts on
+    its own, but one with role "system" joins the message before it; a new compaction block
+    moves the cut; and the results answering a compaction turn's calls join its head."""
+    if any(m.get("role") == "system" or holds_compaction(m) for m in added):
+        return True
+    for message in converted[:2]:
+        head = (original_of(message) or {}).get(HEAD)
+        if isinstance(head, dict):
+            return bool(added) and head.get("end", 0) >= known
+    return False
 
 
 def _check_message(index: int, message: Any) -> None:

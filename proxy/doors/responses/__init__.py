@@ -1,5 +1,6 @@
 """The OpenAI Responses front door: `door.py` serves it; `wire.py` reads and renders bodies,
-`items.py` and `parts.py` convert `input` items to chat-shaped messages and `render.py` back,
+`items.py` and `parts.py` convert `input` items to chat-shaped messages (cut at the newest
+`compaction` item, `compaction.py`) and `render.py` back,
 `stream.py` watches its event stream, `recall.py` offers, reads and hides ctxgate's own tool.
 
 May import: proxy.doors.frontdoor, proxy.doors.bodies, proxy.doors.grown_bodies,

@@ -11,6 +11,9 @@ together, then each group becomes one chat message carrying its items under `ORI
     compaction, item_reference, unknown items     -> ride with the message before them
                                                      (alone, when nothing came before)
 
+The newest `compaction` item cuts the input (`compaction.py`): it and every item before it are
+one system-role message of the fixed head whose `ORIGINAL` is `{"compaction": [items]}`.
+
 `instructions` stays a body field; it is counted through a leading system message whose
 `ORIGINAL` is a marker (`{"body_field": "instructions"}`), so the compressor sees it as the
 fixed head and rendering leaves it out of the items.
@@ -30,6 +33,7 @@ import orjson
 
 from compression.types import Message, ToolCall
 from proxy.doors.frontdoor import ORIGINAL
+from proxy.doors.responses.compaction import HEAD, compaction_cut, head_text
 from proxy.doors.responses.parts import chat_content
 
 Item = dict[str, Any]
@@ -72,6 +76,15 @@ class Grouped:
     groups: list[list[Any]]
     turn_open: bool = False  # the last group is an assistant turn still taking items
     pending: frozenset[Any] = frozenset()  # calls of that turn whose output has not come yet
+    head: tuple[Any, ...] = ()  # the items up to the newest compaction item (compaction.py)
+
+
+def grouped_from(items: Sequence[Any]) -> Grouped:
+    """`items` grouped, cut at the newest compaction item (see the module doc)."""
+    end = compaction_cut(items)
+    if end is None:
+        return regroup(Grouped([]), items)
+    return regroup(Grouped([], head=tuple(items[:end])), items[end:])
 
 
 def regroup(start: Grouped, items: Sequence[Any]) -> Grouped:
@@ -111,7 +124,7 @@ def regroup(start: Grouped, items: Sequence[Any]) -> Grouped:
             groups.append([item])
             pending = {item["call_id"]} if kind == "call" else set()
             turn_open = True
-    return Grouped(groups, turn_open, frozenset(pending))
+    return Grouped(groups, turn_open, frozenset(pending), start.head)
 
 
 def group_message(items: Sequence[Any]) -> Message:
@@ -196,7 +209,7 @@ def to_tool_call(item: Item) -> ToolCall:
 
 def to_messages(items: Sequence[Any], instructions: str | None) -> list[Message]:
     """The conversation the compressor sees; every message carries its items."""
-    return converted(regroup(Grouped([]), items), instructions, None)
+    return converted(grouped_from(items), instructions, None)
 
 
 def converted(
@@ -209,6 +222,10 @@ def converted(
         head: dict[str, Any] = {"role": "system", "content": instructions}
         head[ORIGINAL] = dict(INSTRUCTIONS_MARK)
         messages.append(cast(Message, head))
+    if grouped.head:
+        compacted: dict[str, Any] = {"role": "system", "content": head_text(grouped.head)}
+        compacted[ORIGINAL] = {HEAD: list(grouped.head)}
+        messages.append(cast(Message, compacted))
     reused = 0
     if before is not None:
         earlier, earlier_messages = before

@@ -7,7 +7,9 @@
                                         calls that are gone left out
     a message without items (the summary) -> a new message item
 
-The instructions marker message renders to nothing: `instructions` stays in the body.
+The instructions marker message renders to nothing: `instructions` stays in the body. The
+compaction head renders to the items it holds (those before the newest compaction item, then
+that item), as the client sent them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from compression.content import content_text
 from compression.types import Message
 from proxy.doors.frontdoor import ORIGINAL
+from proxy.doors.responses.compaction import HEAD
 from proxy.doors.responses.items import (
     Item,
     item_kind,
@@ -34,7 +37,8 @@ def to_items(view: Sequence[Message], known: Iterable[Message] = ()) -> list[Any
     for message in view:
         original = message.get(ORIGINAL)
         if isinstance(original, dict):
-            continue  # the instructions: a body field
+            items.extend(original.get(HEAD) or [])  # the instructions (a body field): none
+            continue
         if not isinstance(original, list) or not original:
             items.extend(fresh_items(message))
         elif id(message) in same or unchanged(message, original):

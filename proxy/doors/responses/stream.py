@@ -61,8 +61,12 @@ def usage_of(response: Any) -> Usage | None:
     prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
     if not isinstance(prompt, int) or not _is_count(prompt):
         return None
+    details = usage.get("input_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
-        prompt_tokens=prompt, completion_tokens=completion if _is_count(completion) else None
+        prompt_tokens=prompt,
+        completion_tokens=completion if _is_count(completion) else None,
+        cache_read=min(cached, prompt) if isinstance(cached, int) and _is_count(cached) else 0,
     )
 
 

@@ -24,7 +24,8 @@ from compression.types import Message, ToolSchema
 from proxy.doors.bodies import json_object, required_model
 from proxy.doors.frontdoor import Usage, WireRequest
 from proxy.doors.grown_bodies import Grown, GrownBodies
-from proxy.doors.responses.items import Grouped, converted, regroup
+from proxy.doors.responses.compaction import compaction_cut, is_compaction
+from proxy.doors.responses.items import Grouped, converted, grouped_from, regroup
 from proxy.doors.responses.render import to_items
 from proxy.doors.responses.stream import usage_of
 from proxy.errors import BadRequest
@@ -82,13 +83,24 @@ def parse_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRequest
 def _conversation(
     items: list[Any], known: int, instructions: str | None, grown: Grown | None
 ) -> tuple[Grouped, list[Message]]:
-    """The items grouped and converted, going on from what the kept body's were."""
+    """The items grouped and converted, going on from what the kept body's were (unless a
+    new compaction item moves the cut)."""
     before: tuple[Grouped, list[Message]] | None = grown.derived if grown is not None else None
+    if before is not None and _cut_moved(before[0], items, known):
+        before = None
     if before is None:
-        grouped = regroup(Grouped([]), items)
+        grouped = grouped_from(items)
     else:
         grouped = regroup(before[0], items[known:])
     return grouped, converted(grouped, instructions, before)
+
+
+def _cut_moved(before: Grouped, items: list[Any], known: int) -> bool:
+    """Whether the added items move the compaction cut: a new compaction item, or an output
+    answering a call of the head."""
+    if not before.head:
+        return any(is_compaction(item) for item in items[known:])
+    return compaction_cut(items) != len(before.head)
 
 
 def _input_items(value: Any, known: int = 0) -> list[Any]:

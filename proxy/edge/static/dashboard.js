@@ -142,10 +142,103 @@
     setStatus("loading\u2026");
     const query = "?limit=" + PAGE_SIZE + "&offset=" + state.offset + "&order=" + state.order;
     const page = await api("GET", "/admin/sessions" + query);
+    for (const s of page.data) s.saved = savedValue(s.savings);
     state.sessions = page.data;
     state.hasMore = page.has_more;
     renderSessions();
+    renderSavings(await api("GET", "/admin/savings"));
     setStatus("updated " + new Date().toLocaleTimeString());
+  }
+
+  // ---- savings and shadow checks --------------------------------------------------------
+
+  const fmtUsd = (v) => (v === null || v === undefined ? "\u2013" : (v < 0 ? "-$" : "$") + Math.abs(v).toFixed(4));
+  const fmtShare = (v) => (v === null || v === undefined ? "\u2013" : (100 * v).toFixed(1) + "%");
+
+  // Sorting key of the Saved column: money where the model has a price, else tokens.
+  function savedValue(savings) {
+    if (!savings) return null;
+    return savings.usd_saved !== null ? savings.usd_saved : savings.tokens_saved;
+  }
+
+  // "12.3k tokens (41.0%), $0.0123": money only where the model has a price.
+  function fmtSaved(savings) {
+    if (!savings) return "\u2013";
+    const tokens = fmtTokensShort(Math.abs(savings.tokens_saved));
+    let text = (savings.tokens_saved < 0 ? "-" : "") + tokens + " tok";
+    if (savings.usd_saved !== null) text += ", " + fmtUsd(savings.usd_saved);
+    return text;
+  }
+
+  function fillFacts(dl, facts) {
+    dl.replaceChildren();
+    for (const [name, value] of facts) {
+      const div = document.createElement("div");
+      const dt = document.createElement("dt");
+      const dd = document.createElement("dd");
+      dt.textContent = name;
+      dd.textContent = value;
+      div.append(dt, dd);
+      dl.appendChild(div);
+    }
+  }
+
+  function savingsFacts(t) {
+    const billed = t.billed_tokens;
+    const full = t.full_history_tokens;
+    const overhead = Object.entries(t.overhead_tokens)
+      .map(([kind, split]) => kind + " " + fmtInt(split.prompt + split.output))
+      .join(", ");
+    return [
+      ["tokens billed", fmtInt(billed.prompt + billed.output)],
+      ["full history would bill", fmtInt(full.prompt + full.output)],
+      ["tokens saved", fmtInt(t.tokens_saved) + " (" + fmtShare(t.tokens_saved_ratio) + ")"],
+      ["billed", t.billed_usd === null ? "no price: tokens only" : fmtUsd(t.billed_usd)],
+      ["full history would cost", fmtUsd(t.full_history_usd)],
+      ["money saved", t.usd_saved === null ? "\u2013" : fmtUsd(t.usd_saved) + " (" + fmtShare(t.usd_saved_ratio) + ")"],
+      ["overhead calls (tokens)", overhead || "none"],
+      ["cache hits before / after compression", fmtShare(t.cache_hit_ratio_before) + " / " + fmtShare(t.cache_hit_ratio_after)],
+    ];
+  }
+
+  function renderSavings(figures) {
+    fillFacts($("savings-total"), savingsFacts(figures.total));
+    const tbody = $("savings-table").tBodies[0];
+    tbody.replaceChildren();
+    const models = Object.entries(figures.models);
+    for (const [model, t] of models) {
+      const tr = document.createElement("tr");
+      addCell(tr, model);
+      addCell(tr, fmtInt(t.requests), "num");
+      addCell(tr, fmtInt(t.billed_tokens.prompt + t.billed_tokens.output), "num");
+      addCell(tr, fmtInt(t.full_history_tokens.prompt + t.full_history_tokens.output), "num");
+      addCell(tr, fmtInt(t.tokens_saved), "num");
+      addCell(tr, t.billed_usd === null ? "no price" : fmtUsd(t.billed_usd), "num");
+      addCell(tr, fmtUsd(t.full_history_usd), "num");
+      addCell(tr, fmtUsd(t.usd_saved), "num");
+      addCell(tr, fmtShare(t.cache_hit_ratio_before), "num");
+      addCell(tr, fmtShare(t.cache_hit_ratio_after), "num");
+      tbody.appendChild(tr);
+    }
+    $("savings").dataset.models = String(models.length);
+    const shadow = Object.entries(figures.shadow.models);
+    const body = $("shadow-table").tBodies[0];
+    body.replaceChildren();
+    for (const [model, s] of shadow) {
+      const tr = document.createElement("tr");
+      addCell(tr, model);
+      addCell(tr, fmtInt(s.samples), "num");
+      addCell(tr, fmtShare(s.agreement), "num");
+      addCell(tr, fmtShare(s.noise_floor_agreement), "num");
+      addCell(tr, fmtInt(s.tokens), "num");
+      body.appendChild(tr);
+    }
+    if (!shadow.length) {
+      const tr = document.createElement("tr");
+      addCell(tr, "No shadow checks (compression.shadow.enabled is off, or none sampled yet).").colSpan = 5;
+      body.appendChild(tr);
+    }
+    $("savings").dataset.shadowModels = String(shadow.length);
   }
 
   function compareBy(field, dir) {
@@ -174,6 +267,7 @@
       addCell(tr, fmtInt(s.request_count), "num");
       addCell(tr, fmtInt(s.compression_count), "num");
       addCell(tr, s.last_prompt_tokens_pending ? "pending" : fmtInt(s.last_prompt_tokens), "num");
+      addCell(tr, fmtSaved(s.savings), "num saved");
       addCell(tr, fmtTime(s.updated_at));
       tr.addEventListener("click", () => openSession(s).catch(handleFailure));
       tbody.appendChild(tr);
@@ -241,6 +335,13 @@
       div.append(dt, dd);
       dl.appendChild(div);
     }
+    const savings = detail.savings ? savingsFacts(detail.savings) : [["savings", "no charges recorded yet"]];
+    const shadow = detail.shadow.total;
+    if (shadow.samples) {
+      savings.push(["shadow agreement / noise floor", fmtShare(shadow.agreement) + " / " + fmtShare(shadow.noise_floor_agreement) + " (" + shadow.samples + " samples)"]);
+    }
+    fillFacts($("session-savings"), savings);
+    $("session-savings").dataset.priced = String(Boolean(detail.savings && detail.savings.usd_saved !== null));
     renderChart($("chart"), detail.usage, detail.events, limits);
     $("summary").textContent = detail.summary || "No summary yet: this session has not been compressed.";
     renderEvents(detail.events);

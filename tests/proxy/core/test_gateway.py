@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -388,7 +389,7 @@ def test_models_are_relayed(proxy: ProxyServer) -> None:
 
 def test_health_and_readiness(proxy: ProxyServer) -> None:
     root = proxy.base_url.removesuffix("/v1")
-    assert httpx.get(root + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(root + "/healthz").json() == {"status": "ok", "pid": os.getpid()}
     assert httpx.get(root + "/readyz").json() == {"status": "ready"}
     assert b"ctxgate_requests_total" in httpx.get(root + "/metrics").content
 

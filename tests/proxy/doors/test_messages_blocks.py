@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from compression.content import with_text
 from compression.tokens import RoughCounter
 from compression.types import Message
+from proxy.doors.frontdoor import ORIGINAL
 from proxy.doors.messages.blocks import (
-    ORIGINAL,
     REMOVED_CALL_TEXT,
     original_of,
     render_view,

@@ -59,7 +59,9 @@ def test_watch_sums_the_prompt_figure_and_sees_the_end() -> None:
     assert not watch.preamble(DELTA)
     for event in (START, data({"type": "ping"}), b"", DELTA):
         assert watch.inspect(event)
-    assert watch.usage == Usage(4312, 42) and not watch.finished
+    # The split by tier stays beside the sum (the ledger prices each tier).
+    assert watch.usage == Usage(4312, 42, cache_read=4000, cache_write=300)
+    assert not watch.finished
     watch.inspect(data({"type": "message_stop"}))
     assert watch.finished and watch.failed is None
 

@@ -116,7 +116,7 @@ def test_the_watch_reads_usage_finish_and_failures() -> None:
         event("response.completed", response={"status": "completed", "usage": usage})
     )
     assert watch.finished and watch.failed is None
-    assert watch.usage == Usage(1200, 7)
+    assert watch.usage == Usage(1200, 7, cache_read=1024)
     failing = ResponsesWatch()
     error = {"code": "server_error", "message": "boom"}
     assert failing.inspect(event("response.failed", response={"status": "failed", "error": error}))

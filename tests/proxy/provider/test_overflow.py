@@ -139,7 +139,7 @@ OPENROUTER = body(
         ),
         (400, DEEPSEEK, "prompt", 131072, 122942),
         (422, TGI, "prompt_plus_output", 4096, 4000),
-        (400, GEMINI, "prompt", 1048575, None),
+        (400, GEMINI, "prompt", 1048575, 1196265),
         (400, OPENROUTER, "prompt", 8192, None),
     ],
 )
