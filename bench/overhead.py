@@ -10,15 +10,19 @@ floor (bench/overhead_floor.py: a bare uvicorn + httpx relay), ctxgate, and, whe
 virtualenvs exist under --peers-dir, LiteLLM and Headroom in front of the same simulator (how
 each is configured, and why: bench/overhead_services.py and bench/README.md).
 
-One httpx client (HTTP/1.1 keep-alive) sends the identical body to the direct URL and to each
+One httpx client (HTTP/1.1 keep-alive) sends the same history to the direct URL and to each
 proxy in alternation (the order changes every round so that each target goes first, and
 follows each other target, equally often), so drift in machine load hits every target alike.
+What a cell sends (`--bodies`): `same`, the identical body every time; `fresh`, a body no
+session has seen (a new tag in its first user message, a new session id); `growing`, one
+session per client that gains a turn every round (overhead_requests.Bodies).
 A sample is the time to the last byte: the whole body, or for a stream the moment
 `data: [DONE]` arrives.
 
-Cells: {8K, 64K}-token agent history (tau-bench airline conversations chained, with their 14
-tools) x {non-streaming, streaming} x {1 sequential client, 16 concurrent clients}. With 16
-clients every round fires 16 requests at one target at once, then moves to the next target.
+Cells: {same, fresh, growing} x {8K, 64K}-token agent history (tau-bench airline
+conversations chained, with their 14 tools) x {non-streaming, streaming} x {1 sequential
+client, 16 concurrent clients}. With 16 clients every round fires 16 requests at one target
+at once, then moves to the next target.
 
 "Added" latency = percentile(proxy) - percentile(direct) for p50/p90/p99; the paired
 per-sample difference (proxy - direct of the same round and client) is reported as well, and
@@ -57,7 +61,9 @@ from bench.overhead_report import (  # noqa: E402
     summarize,
 )
 from bench.overhead_requests import (  # noqa: E402
+    BODIES,
     SIZES,
+    Bodies,
     build_history,
     request_body,
     request_headers,
@@ -79,11 +85,13 @@ UPSTREAM_KEEP_ALIVE_S = 120
 # the client never reuses one the server is closing; above it, a ReadError now and then.
 CLIENT_KEEP_ALIVE_S = 3.0
 PROFILE_RATE = 200  # samples/s: low enough that py-spy barely slows the process down
-PROFILE_CASES = (
-    ("8k-nonstream", False),
-    ("8k-stream", True),
-    ("64k-nonstream", False),
-    ("64k-stream", True),
+PROFILE_CASES = (  # (name, size, bodies, stream)
+    ("8k-nonstream", "8k", "same", False),
+    ("8k-stream", "8k", "same", True),
+    ("64k-nonstream", "64k", "same", False),
+    ("64k-stream", "64k", "same", True),
+    ("64k-fresh-nonstream", "64k", "fresh", False),
+    ("64k-growing-nonstream", "64k", "growing", False),
 )
 
 
@@ -112,16 +120,17 @@ def serve_simulator(port: int) -> int:
 async def profile_ctxgate(
     client: httpx.AsyncClient,
     svc: Service,
-    histories: dict[str, bytes],
+    sizes: Sequence[str],
     py_spy: str,
     requests: int,
 ) -> dict[str, Any]:
     """Sample ctxgate with py-spy over `requests` sequential requests per case."""
     assert svc.proc is not None
     found: dict[str, Any] = {}
-    for case, stream in PROFILE_CASES:
-        if case not in histories:
+    for case, size, kind, stream in PROFILE_CASES:
+        if size not in sizes:
             continue
+        bodies = Bodies(kind, *build_history(SIZES[size]), stream)
         out = svc.log_path.parent / f"py-spy-{case}.txt"
         argv = [py_spy, "record", "--pid", str(svc.proc.pid), "--format", "raw"]
         # Blocking mode (the default) pauses ctxgate per sample; --nonblocking gives torn stacks.
@@ -130,9 +139,8 @@ async def profile_ctxgate(
         await asyncio.sleep(1.5)  # py-spy attaches
         cpu0 = svc.cpu_seconds()
         for _ in range(requests):
-            await timed_request(
-                client, svc.chat_url, histories[case], request_headers("prof"), stream
-            )
+            body, session = bodies.get(bodies.next_round(), 0, f"prof-{case}")
+            await timed_request(client, svc.chat_url, body, request_headers(session), stream)
         await asyncio.sleep(0.5)  # let the last usage write-behind run inside the window
         cpu_ms = (svc.cpu_seconds() - cpu0) * 1000 / requests
         spy.send_signal(signal.SIGINT)
@@ -149,11 +157,13 @@ def plan(args: argparse.Namespace) -> list[Cell]:
         "64k": args.rounds64k or (2 if quick else 8),
     }
     cells = []
-    for size in args.sizes:
-        for stream in (False, True):
-            cells.append(Cell(size, stream, 1, seq[size], 5 if quick else 20))
-            if args.concurrency > 1:
-                cells.append(Cell(size, stream, args.concurrency, conc[size], 1 if quick else 2))
+    for bodies in args.bodies:
+        for size in args.sizes:
+            for stream in (False, True):
+                cells.append(Cell(size, stream, 1, seq[size], 5 if quick else 20, bodies))
+                if args.concurrency > 1:
+                    warm = 1 if quick else 2
+                    cells.append(Cell(size, stream, args.concurrency, conc[size], warm, bodies))
     return cells
 
 
@@ -163,6 +173,8 @@ async def measure(
     histories: dict[str, bytes],
     args: argparse.Namespace,
 ) -> tuple[list[CellResult], dict[str, Any]]:
+    sources = {size: build_history(SIZES[size]) for size in args.sizes}
+    bodies = {cell: Bodies(cell.bodies, *sources[cell.size], cell.stream) for cell in cells}
     limits = httpx.Limits(
         max_connections=256, max_keepalive_connections=256, keepalive_expiry=CLIENT_KEEP_ALIVE_S
     )
@@ -175,15 +187,14 @@ async def measure(
             if args.passes > 1:
                 print(f"pass {number + 1} of {args.passes}", flush=True)
             for cell in cells:
-                body = histories[f"{cell.size}-{'stream' if cell.stream else 'nonstream'}"]
-                result = await run_cell(client, cell, by_name, body, args.quiet_wait)
+                result = await run_cell(client, cell, by_name, bodies[cell], args.quiet_wait)
                 passes[cell].append(result)
                 _progress(summarize(result))
         results = [merged(parts) for parts in passes.values()]
         profile: dict[str, Any] = {}
         if args.py_spy and "ctxgate" in by_name:
             profile = await profile_ctxgate(
-                client, by_name["ctxgate"], histories, args.py_spy, args.profile_requests
+                client, by_name["ctxgate"], args.sizes, args.py_spy, args.profile_requests
             )
         return results, profile
 
@@ -193,10 +204,11 @@ def _progress(summary: dict[str, Any]) -> None:
     for name, stats in summary["targets"].items():
         if name != "direct":
             text = f"{name} +{stats['added_p50']:.2f}/+{stats['added_p99']:.2f}"
-            if summary["clients"] > 1 and "above_floor_p50" in stats:
-                text += f" ({stats['above_floor_p50']:+.2f} ms vs floor)"
-            elif math.isfinite(stats.get("floor_ratio_p50", math.nan)):
-                text += f" ({stats['floor_ratio_p50']:.2f}x floor)"
+            best = stats.get("best_floor", "floor")
+            if summary["clients"] > 1 and "above_best_p50" in stats:
+                text += f" ({stats['above_best_p50']:+.2f} ms vs {best})"
+            elif math.isfinite(stats.get("best_ratio_p50", math.nan)):
+                text += f" ({stats['best_ratio_p50']:.2f}x {best})"
             parts.append(text)
     other = f"other load {summary['foreign_before']:.2f}/{summary['foreign_cores']:.2f} CPUs"
     line = ", ".join(parts)
@@ -218,6 +230,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds64k", type=int, help="concurrent rounds at 64K (default 8)")
     p.add_argument("--concurrency", type=int, default=16, help="clients; 1 = sequential only")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    p.add_argument(
+        "--bodies",
+        nargs="+",
+        choices=BODIES,
+        default=list(BODIES),
+        help="same: one body repeated; fresh: one no session has seen, every request; "
+        "growing: each session gains a turn per request",
+    )
     p.add_argument("--proxies", nargs="+", choices=PROXIES, default=list(PROXIES))
     p.add_argument(
         "--only",

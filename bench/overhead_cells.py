@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from bench.overhead_requests import request_headers, timed_request
+from bench.overhead_requests import Bodies, request_headers, timed_request
 from bench.overhead_services import Service, machine_cpu_s, own_cpu_s, wait_for_quiet
 
 QUIET_CORES = 0.15  # other processes' CPU use (in cores) under which a cell may start
@@ -24,12 +24,14 @@ class Cell:
     clients: int
     rounds: int
     warmup: int
+    bodies: str = "same"  # one of overhead_requests.BODIES
 
     @property
     def name(self) -> str:
         mode = "stream" if self.stream else "nonstream"
         who = "seq" if self.clients == 1 else f"c{self.clients}"
-        return f"{self.size}-{mode}-{who}"
+        kind = "" if self.bodies == "same" else f"{self.bodies}-"
+        return f"{self.size}-{kind}{mode}-{who}"
 
 
 @dataclass
@@ -49,17 +51,17 @@ async def _round(
     cell: Cell,
     urls: dict[str, str],
     order: Sequence[str],
-    body: bytes,
-    session: str,
+    bodies: Bodies,
 ) -> dict[str, list[float | str]]:
     """One round: every target in `order` gets `cell.clients` simultaneous requests."""
     out: dict[str, list[float | str]] = {}
+    session = f"bench-{cell.name}"
+    step = bodies.next_round()
     for target in order:
+        sent = [bodies.get(step, i, session) for i in range(cell.clients)]
         calls = [
-            timed_request(
-                client, urls[target], body, request_headers(f"{session}-{i}"), cell.stream
-            )
-            for i in range(cell.clients)
+            timed_request(client, urls[target], body, request_headers(sid), cell.stream)
+            for body, sid in sent
         ]
         results = await asyncio.gather(*calls, return_exceptions=True)
         out[target] = [r if isinstance(r, float) else f"{type(r).__name__}: {r}" for r in results]
@@ -85,16 +87,15 @@ async def run_cell(
     client: httpx.AsyncClient,
     cell: Cell,
     services: dict[str, Service],
-    body: bytes,
+    bodies: Bodies,
     quiet_wait_s: float,
 ) -> CellResult:
     urls = {name: svc.chat_url for name, svc in services.items()}
     targets = ["direct", *[n for n in urls if n != "direct"]]
     samples: dict[str, list[float]] = {t: [] for t in targets}
     errors: dict[str, list[str]] = {t: [] for t in targets}
-    session = f"bench-{cell.name}"
     for _ in range(cell.warmup):
-        await _round(client, cell, urls, targets, body, session)
+        await _round(client, cell, urls, targets, bodies)
     quiet = wait_for_quiet(list(services.values()), quiet_wait_s, QUIET_CORES)
     listed = list(services.values())
     cpu0 = {n: svc.cpu_seconds() for n, svc in services.items()}
@@ -103,7 +104,7 @@ async def run_cell(
     orders = round_orders(targets)
     for r in range(cell.rounds):
         order = orders[r % len(orders)]
-        for target, got in (await _round(client, cell, urls, order, body, session)).items():
+        for target, got in (await _round(client, cell, urls, order, bodies)).items():
             samples[target].extend(v if isinstance(v, float) else math.nan for v in got)
             errors[target].extend(v for v in got if isinstance(v, str))
     wall = time.perf_counter() - wall0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -33,6 +35,7 @@ def _chained(conversations: list[list[dict[str, Any]]]) -> Iterator[dict[str, An
         yield from (m for m in conversation if m.get("role") != "system")
 
 
+@functools.cache  # one history per size, shared by every cell that sends it
 def build_history(target_tokens: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """The shortest chained prefix of >= target_tokens that is a valid request to send.
 
@@ -44,15 +47,97 @@ def build_history(target_tokens: int) -> tuple[list[dict[str, Any]], list[dict[s
     counter = counter_for_model(MODEL)
     conversations, tools = _load_corpus()
     stream = list(_chained(conversations))
-    for end in range(2, len(stream)):
-        last, following = stream[end - 1], stream[end]
-        if last.get("role") not in ("user", "tool") or following.get("role") == "tool":
-            continue
+    for end in valid_cuts(stream):
         # The corpus is OpenAI-format JSON: plain dicts are what Message/ToolSchema describe.
         tokens = counter.count_messages(cast(Any, stream[:end]), cast(Any, tools))
         if tokens >= target_tokens:
             return stream[:end], tools, tokens
     raise SystemExit(f"the corpus holds fewer than {target_tokens} tokens")
+
+
+def valid_cuts(messages: list[dict[str, Any]]) -> list[int]:
+    """Every `end` at which `messages[:end]` is a request an agent sends for its next turn."""
+    return [
+        end
+        for end in range(2, len(messages) + 1)
+        if messages[end - 1].get("role") in ("user", "tool")
+        and (end == len(messages) or messages[end].get("role") != "tool")
+    ]
+
+
+BODIES = ("same", "fresh", "growing")
+
+
+class Bodies:
+    """What one cell sends, and under which session id.
+
+    - `same`: the identical body, one session per client (what a cache could answer).
+    - `fresh`: a body no session has seen: a new tag in its first user message, a new session
+      id. What every first request of a session, and a history edited at its start, cost.
+    - `growing`: each client's session gains one turn per round, as an agent's does. Its
+      history runs from the valid cut at three quarters of the size up to the whole history;
+      when the turns run out, the client starts a new session from the smallest again.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        tokens: int,
+        stream: bool,
+    ) -> None:
+        self.kind = kind
+        self.sent = 0
+        self.rounds = 0
+        self._whole = request_body(messages, tools, stream)
+        if kind == "fresh":
+            at = self._whole.index(FIRST_USER) + len(FIRST_USER)
+            self._head, self._tail = self._whole[:at], self._whole[at:]
+        self._grown: list[bytes] = []
+        if kind == "growing":
+            cuts = valid_cuts(messages)
+            start = _first_cut_at(messages, tools, cuts, tokens * 3 // 4)
+            self._grown = [request_body(messages[:end], tools, stream) for end in cuts[start:]]
+
+    def next_round(self) -> int:
+        """The number of the round about to start; it goes on across a cell's passes."""
+        self.rounds += 1
+        return self.rounds - 1
+
+    def get(self, step: int, client: int, session: str) -> tuple[bytes, str]:
+        """The body and session id for round `step`'s `client` (every target gets the same
+        history in a round; `fresh` gives each request its own tag all the same)."""
+        self.sent += 1
+        if self.kind == "fresh":
+            tag = f"[request {self.sent:09d}] ".encode()
+            return self._head + tag + self._tail, f"{session}-fresh-{self.sent}"
+        if self.kind == "growing":
+            lap, turn = divmod(step, len(self._grown))
+            return self._grown[turn], f"{session}-{client}-lap{lap}"
+        return self._whole, f"{session}-{client}"
+
+    @property
+    def turns(self) -> int:
+        """Requests one growing session makes before the client starts another."""
+        return len(self._grown)
+
+
+FIRST_USER = b'"role":"user","content":"'
+
+
+def _first_cut_at(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], cuts: list[int], tokens: int
+) -> int:
+    """The index in `cuts` of the first cut holding at least `tokens`."""
+    from compression.tokens import counter_for_model
+
+    counter = counter_for_model(MODEL)
+
+    def size(end: int) -> int:
+        return counter.count_messages(cast(Any, messages[:end]), cast(Any, tools))
+
+    return bisect.bisect_left(cuts, tokens, key=size)
 
 
 def request_body(

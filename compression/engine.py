@@ -104,8 +104,9 @@ class CompressionContext:
 
 @dataclass(frozen=True, slots=True)
 class ClippedMessage:
-    """A message the result holds clipped (its head and tail), not verbatim: a pinned one, or
-    a user message the handoff carries (`kept_tokens` 0: not even clipped; its handle only)."""
+    """A message the result holds clipped (its head and tail), not verbatim: a pinned one, a
+    file read or a user message the handoff carries (`kept_tokens` 0: not even clipped; its
+    handle only)."""
 
     index: int  # its position in the view the engine was given
     kept_tokens: int

@@ -13,12 +13,14 @@ from itertools import pairwise
 from typing import Any
 
 import openai
+import orjson
 import pytest
 
 from bench.overhead import parse_args
 from bench.overhead_cells import round_orders
 from bench.overhead_floor import Relay
 from bench.overhead_report import _relate_to_floor, floor_markdown
+from bench.overhead_requests import SIZES, Bodies, build_history
 from tests.servers import ThreadedServer
 from tests.simulator import Simulator
 
@@ -126,3 +128,46 @@ def test_every_target_follows_every_other_equally_often(count: int) -> None:
     pairs = Counter((a, b) for order in orders for a, b in pairwise(order))
     assert set(firsts) == set(targets) and len(set(firsts.values())) == 1
     assert len(pairs) == count * (count - 1) and len(set(pairs.values())) == 1
+
+
+def test_targets_are_judged_against_the_best_floor() -> None:
+    def cell(name: str, aio: float, ctx: float) -> dict[str, Any]:
+        return {
+            "cell": name,
+            "clients": 1,
+            "targets": {
+                "direct": _target(3.0, 1.5),
+                "floor": _target(5.0, 1.2),
+                "floor-aiohttp": _target(3.0 + aio, 0.8),
+                "ctxgate": _target(3.0 + ctx, 1.6),
+            },
+        }
+
+    same, fresh = cell("64k-nonstream-seq", 1.0, 1.8), cell("64k-fresh-nonstream-seq", 1.0, 1.8)
+    for summary in (same, fresh):
+        _relate_to_floor(summary["targets"])
+    ctx = same["targets"]["ctxgate"]
+    assert ctx["floor_ratio_p50"] == pytest.approx(0.9)  # against httpx's floor: met
+    assert ctx["best_ratio_p50"] == pytest.approx(1.8) and ctx["best_floor"] == "floor-aiohttp"
+    assert ctx["best_ratio_cpu"] == pytest.approx(2.0)
+    table = "\n".join(floor_markdown([same, fresh], ["floor", "floor-aiohttp", "ctxgate"]))
+    assert "ctxgate target (against floor-aiohttp)" in table
+    # A repeated body is held to 1.5x the best floor, one no session has seen to 2x.
+    assert "| +1.80 (1.80x / +0.80; 2.0x) | ≤ 1.5x: MISSED |" in table
+    assert "| 64k-fresh-nonstream-seq |" in table and "| ≤ 2x: met |" in table
+
+
+def test_bodies_are_new_or_grow_as_a_session_does() -> None:
+    messages, tools, tokens = build_history(SIZES["8k"])
+    fresh = Bodies("fresh", messages, tools, tokens, False)
+    sent = [fresh.get(fresh.next_round(), 0, "s") for _ in range(3)]
+    assert len({body for body, _ in sent}) == 3 and len({sid for _, sid in sent}) == 3
+    assert all(orjson.loads(body)["messages"][1:] != messages[1:] for body, _ in sent)
+    growing = Bodies("growing", messages, tools, tokens, False)
+    lap = [growing.get(growing.next_round(), 0, "s") for _ in range(growing.turns + 1)]
+    sizes = [len(orjson.loads(body)["messages"]) for body, _ in lap]
+    assert growing.turns >= 3 and sizes[:-1] == sorted(set(sizes[:-1]))
+    assert sizes[-2] == len(messages) and sizes[-1] == sizes[0]  # the next lap starts over
+    assert len({sid for _, sid in lap[:-1]}) == 1 and lap[-1][1] != lap[0][1]
+    same = Bodies("same", messages, tools, tokens, True)
+    assert same.get(0, 1, "s") == same.get(5, 1, "s")

@@ -8,11 +8,13 @@ convert every message (item) to the chat shape the core works on. This keeps the
 bodies (within `server.parsed_request_bytes`); a body that is one of them grown is built from
 it, and only what was added is parsed.
 
-Exactness: a body is kept only when orjson writes its parse back as exactly the bytes that came
-(what compact JSON writers send: the OpenAI and Anthropic SDKs, Codex, Claude Code), so where
-its messages array ends is known. A new body counts as grown only when it is byte for byte the
-kept bytes with `,` and new messages at that offset, and orjson writes those messages back as
-exactly the inserted bytes: the result equals a full parse. Kept parsed values are shared with
+Exactness: a body is kept only when orjson writes the fields after its array, and the array's
+last entry, back as exactly the bytes around the array's end (what compact JSON writers send:
+the OpenAI and Anthropic SDKs, Codex, Claude Code), so where its messages array ends is known
+without writing the whole body back (that costs a third of a parse, on every body no session
+has seen). A new body counts as grown only when it is byte for byte the kept bytes with `,` and
+new messages at that offset, and orjson writes those messages back as exactly the inserted
+bytes: the result equals a full parse. Kept parsed values are shared with
 later requests, so nothing may change a parsed request in place (no message transform in
 ctxgate does; each returns new values); so are what doors keep with them (`derived`).
 
@@ -76,8 +78,8 @@ class GrownBodies:
         self._smallest = smallest_bytes
         self._kept: OrderedDict[bytes, list[_Kept]] = OrderedDict()
         # Openings of bodies another writer wrote (orjson writes them back differently), with
-        # how many more of their bodies to leave alone: a write-back costs a third of a parse,
-        # and one odd body (a float written as 1e5, say) must not bar its opening for good.
+        # how many more of their bodies to leave alone: one odd body (a float written as 1e5,
+        # say) must not bar its opening for good.
         self._foreign: OrderedDict[bytes, int] = OrderedDict()
         self._bytes = 0
         # Parses run on the event loop; the lock only matters for the rare parse from a
@@ -164,13 +166,16 @@ def _grow(kept: _Kept, raw: bytes, array: str) -> tuple[dict[str, Any], int] | N
 
 
 def _array_end(raw: bytes, body: dict[str, Any], array: str) -> int | None:
-    """Where `array`'s last entry ends in `raw`, when orjson writes `body` back as `raw`."""
+    """Where `array`'s last entry ends in `raw`, when orjson writes that entry and the fields
+    after the array back as the bytes there. (The bytes before are compared as they are.)"""
     try:
-        if orjson.dumps(body) != raw:
-            return None
         keys = list(body)
         after = {k: body[k] for k in keys[keys.index(array) + 1 :]}
         tail = b"]," + orjson.dumps(after)[1:] if after else b"]}"
+        last = orjson.dumps(body[array][-1])
     except orjson.JSONEncodeError:
         return None
-    return len(raw) - len(tail)
+    end = len(raw) - len(tail)
+    if not raw.endswith(tail) or raw[end - len(last) : end] != last:
+        return None
+    return end

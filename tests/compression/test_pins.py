@@ -164,5 +164,11 @@ async def test_every_pin_is_kept_verbatim_or_reported_clipped(
             continue
         assert at in clipped, f"pinned message {at} is neither kept nor reported clipped"
         assert any(text[:60] in h and text[-60:] in h for h in held)
-    positions = {i for i, m in enumerate(messages) if content_text(m) in pinned}
+    # The handoff also reports the user's words and the file reads it carries clipped (or by
+    # handle only): user messages and tool results.
+    positions = {
+        i
+        for i, m in enumerate(messages)
+        if content_text(m) in pinned or m["role"] in ("user", "tool")
+    }
     assert clipped <= positions

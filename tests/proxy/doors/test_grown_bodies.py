@@ -310,3 +310,27 @@ def test_a_growing_responses_conversation_converts_as_a_full_parse_would(
         assert grown.body == whole.body
         assert grown.messages == whole.messages  # the items each carries included
         assert grown.passthrough == whole.passthrough
+
+
+def test_bytes_before_the_arrays_end_are_compared_as_they_came() -> None:
+    """Only the array's last entry and what follows it must be orjson's own bytes: earlier
+    entries written another way (escaped non-ASCII, here) still let the body grow."""
+    history = [
+        {"role": "user", "content": "caf\u00e9 " * 20},
+        {"role": "assistant", "content": "ok"},
+    ]
+    escaped = json.dumps(history[0], separators=(",", ":")).encode()  # caf\u00e9
+    compact = orjson.dumps(history[0])
+    raw = body({}, history, {"temperature": 0.5}).replace(compact, escaped)
+    assert raw != body({}, history, {"temperature": 0.5})
+    cache = earlier()
+    parse_chat_request(raw, cache)
+    added = orjson.dumps({"role": "user", "content": "next"})
+    grown = raw.replace(b'"ok"}]', b'"ok"},' + added + b"]")
+    found = cache.find(grown)
+    assert found is not None and found.known == 3
+    assert found.body == orjson.loads(grown)
+    # The last entry itself written another way: where the array ends is not known.
+    odd = body({}, [*history[1:], history[0]], {}).replace(compact, escaped)
+    parse_chat_request(odd, cache)
+    assert cache.find(odd.replace(escaped + b"]", escaped + b"," + added + b"]")) is None
