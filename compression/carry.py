@@ -27,7 +27,7 @@ from compression.preamble import preamble_end
 from compression.prompts import ANCHORS_HEADER, USER_CLOSE, USER_MESSAGES_HEADER, USER_OPEN
 from compression.toolpairs import call_parts, tool_calls_of
 from compression.types import Message
-from compression.userwords import Carried, Selection, select_carried
+from compression.userwords import Carried, Selection, mark_superseded, select_carried
 
 USER_TIER, AGENT_TIER, TOOLS_TIER = 0, 1, 2
 
@@ -52,7 +52,7 @@ def carry_candidates(
         observations = observation_indices(messages, start, end)
     canned = preamble_end(messages)
     replied = any(_replies(message) for message in messages[canned:start])
-    found: list[Carried] = []
+    found: list[Carried | str] = []  # a string: a user message kept in view anyway
     for index in range(max(start, canned), end):
         message = messages[index]
         summary = handoff_text(message)
@@ -60,11 +60,13 @@ def carry_candidates(
             parsed = parse_handoff(summary)
             if parsed is not None:
                 for text in parsed.handoff.user_messages:
-                    opening = not found and not replied
+                    opening = not replied and not any(isinstance(f, Carried) for f in found)
                     found.append(Carried(text, None, states_instruction(text), opening, index))
             replied = True  # whatever the summary was merged into came after earlier turns
         own = message.get("role") == "user" and index not in observations
         if index == skip or not own or index in pinned:
+            if own:
+                found.append(user_text(message))
             replied = replied or _replies(message)
             continue
         text = user_text(message)
@@ -73,7 +75,17 @@ def carry_candidates(
         if text.strip():
             known = ledger.tokens[index] if summary is None else None
             found.append(Carried(text, known, states_instruction(text), not replied, index))
-    return found
+    return mark_superseded([*found, *_later_words(messages, end)])
+
+
+def _later_words(messages: Sequence[Message], end: int) -> list[str]:
+    """The user's own messages after the summarized region (they may take back one in it)."""
+    later = observation_indices(messages, end, len(messages))
+    return [
+        user_text(messages[index])
+        for index in range(end, len(messages))
+        if messages[index].get("role") == "user" and index not in later
+    ]
 
 
 def carry_need(

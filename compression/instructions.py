@@ -68,6 +68,51 @@ _OPENERS = re.compile(rf"^\s*(?:{_ENGLISH_OPENERS})", re.IGNORECASE)
 _SCRIPTS = re.compile(_CJK)
 
 
+# A message that explicitly takes back an earlier one: "ignore my previous message", "forget
+# the earlier instruction", "scratch that". Which one it takes back: `supersedes`.
+_BACK = (
+    r"ignore|disregard|forget|scratch|cancel|never ?mind|withdraw|override|replaces|"
+    r"ignor[ea]z?|oublie[zr]?|annule[zr]?|ignoriere|vergiss|olvida|ignora|esquece|desconsidere"
+)
+_EARLIER = (
+    r"(?:(?:my|the|that|your|mon|ma|mes|le|la|les|meine|die|den|das|mi|el|lo|o|a|minha|meu)"
+    r"\s+)?(?:previous|last|earlier|above|prior|former|first|précédente?s?|dernière?s?|"
+    r"letzten?|vorherigen?|früheren?|anterior(?:es)?|últim[oa]s?)"
+)
+_RULE = (
+    r"instructions?|rules?|constraints?|requirements?|directions?|consignes?|"
+    r"Anweisung(?:en)?|Vorgabe|instrucci[oó]n(?:es)?|instru[cç][aã]o|regra|指示"
+)
+_THING = (
+    rf"{_RULE}|message|request|question|prompt|ask|comment|note|point|"
+    r"Nachricht|Frage|mensaje|mensagem|pedido|demande"
+)
+_SUPERSEDES = re.compile(
+    rf"\b(?:{_BACK})\b[^.!?\n]{{0,24}}?\b(?:{_EARLIER})\s+(?:\w+\s+)?(?:{_THING})\b|"
+    rf"\b(?:{_BACK})\b\s+(?:\w+\s+)?(?:{_THING})\b\s+(?:{_EARLIER})|"
+    r"^\s*(?:scratch that|never ?mind(?: that)?|forget (?:that|it)|ignore that|"
+    r"oublie ça|vergiss das|olvida eso|esquece isso)\b|"
+    r"(?:忽略|无视|不要管|忘掉|撤回)(?:我)?(?:之前|上一条|上面|前面|刚才)的?(?:指示|要求|规则)?|"
+    r"(?:前の|さっきの)(?:指示|メッセージ)は(?:無視|取り消)",
+    re.IGNORECASE,
+)
+_RULE_WORD = re.compile(rf"(?:{_RULE})", re.IGNORECASE)
+
+
+def supersedes(text: str) -> str | None:
+    """What earlier message a user message explicitly takes back: "instruction" (the newest
+    one stating an instruction), "message" (the one just before), or None."""
+    return _supersedes(text[:SCAN_CHARS])
+
+
+@lru_cache(maxsize=4096)
+def _supersedes(head: str) -> str | None:
+    found = _SUPERSEDES.search(head)
+    if found is None:
+        return None
+    return "instruction" if _RULE_WORD.search(found.group(0)) else "message"
+
+
 def states_instruction(text: str) -> bool:
     """Whether a user message states or changes how the work must be done."""
     return _states(text[:SCAN_CHARS])
@@ -81,3 +126,4 @@ def _states(head: str) -> bool:
 def clear_cache() -> None:
     """Forget memoized judgements (benchmarks measuring a cold pass)."""
     _states.cache_clear()
+    _supersedes.cache_clear()

@@ -7,7 +7,10 @@ group, then emitted oldest first:
     1. the original request (what was sent before the first reply), whole if it takes at most
        half the budget;
     2. messages that state or change an instruction (`compression.instructions`);
-    3. the rest.
+    3. the rest;
+    4. messages a later one explicitly takes back ("ignore my previous message", "forget the
+       earlier instruction"): the later one replaces them, so they go last. The original
+       request is never taken back this way.
 
 What does not fit whole is clipped to its head and tail (the proxy writes its handle into the
 clip), in the same order, while a clip that says something still fits. A message neither whole
@@ -18,9 +21,11 @@ so the response can say so.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import cast
 
 from compression.content import clip_middle
+from compression.instructions import states_instruction, supersedes
 
 ORIGIN_SHARE = 0.5  # of the budget, most the original request may take whole
 MIN_CLIP_TOKENS = 48  # a clip shorter than this says too little
@@ -33,6 +38,7 @@ class Carried:
     instruction: bool = False  # states or changes an instruction
     opening: bool = False  # sent before any reply: part of the original request
     index: int | None = None  # the view position it comes from (an earlier summary's, if quoted)
+    superseded: bool = False  # a later user message explicitly takes it back
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +64,39 @@ class Selection:
 def priority(candidates: Sequence[Carried]) -> list[int]:
     """Candidate positions in the order they claim the budget."""
     newest_first = range(len(candidates) - 1, -1, -1)
-    opening = [i for i in newest_first if candidates[i].opening]
-    rules = [i for i in newest_first if candidates[i].instruction and not candidates[i].opening]
-    rest = [i for i in newest_first if not candidates[i].instruction and not candidates[i].opening]
-    return opening + rules + rest
+
+    def group(i: int) -> int:
+        c = candidates[i]
+        return 0 if c.opening else 3 if c.superseded else 1 if c.instruction else 2
+
+    return sorted(newest_first, key=group)  # stable: newest first within a group
+
+
+def mark_superseded(messages: Sequence[Carried | str]) -> list[Carried]:
+    """The candidates among `messages` (the user's messages in order; a plain string is one
+    that is not a candidate, such as one the view keeps anyway), each marked `superseded`
+    when a later message explicitly takes it back: "…my previous message" the message just
+    before, "…the earlier instruction" the newest instruction-bearing one before it."""
+    out: list[Carried | str] = list(messages)
+    for later, message in enumerate(messages):
+        kind = supersedes(message if isinstance(message, str) else message.text)
+        if kind is not None:
+            target = _taken_back(out, later, kind)
+            if target is not None:  # a candidate: _taken_back gives no other
+                out[target] = replace(cast(Carried, out[target]), superseded=True)
+    return [m for m in out if not isinstance(m, str)]
+
+
+def _taken_back(messages: Sequence[Carried | str], later: int, kind: str) -> int | None:
+    for at in range(later - 1, -1, -1):
+        message = messages[at]
+        text = message if isinstance(message, str) else message.text
+        rule = message.instruction if isinstance(message, Carried) else states_instruction(text)
+        if kind == "message" or rule:
+            if isinstance(message, str) or message.opening:
+                return None  # in view anyway, or the original request: left as it is
+            return at
+    return None
 
 
 def select_carried(

@@ -119,3 +119,26 @@ def test_no_room_means_no_anchors() -> None:
     ledger = Ledger.measure(messages, CharCounter(), None)
     plan = plan_for(messages, len(messages) - 1, carry=0, anchors=0)
     assert not carry_section(messages, plan, ledger, CompressorOptions(), COUNT, [])[1]
+
+
+def test_a_message_after_the_region_takes_back_one_in_it() -> None:
+    messages = [
+        system(),
+        user("Build the importer."),
+        reply("ok"),
+        user("Always store the rows in PostgreSQL."),
+        reply("ok"),
+        user("How long will the import take?"),
+        reply("A minute."),
+        user("Forget the earlier instruction about PostgreSQL; SQLite is fine."),
+    ]
+    ledger = Ledger.measure(messages, CharCounter(), None)
+    found = carry_candidates(messages, 1, 7, None, ledger)
+    assert [(c.text[:12], c.superseded) for c in found] == [
+        ("Build the im", False),
+        ("Always store", True),
+        ("How long wil", False),
+    ]
+    # The message that takes it back is the one restated: it still takes it back.
+    found = carry_candidates(messages, 1, 8, 7, ledger)
+    assert [c.superseded for c in found] == [False, True, False]

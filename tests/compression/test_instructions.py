@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compression.instructions import SCAN_CHARS, states_instruction
+from compression.instructions import SCAN_CHARS, states_instruction, supersedes
 
 # Real phrasings: what users of coding agents and chat services write when they set a rule,
 # correct the agent or change their mind mid-session.
@@ -87,3 +87,46 @@ def test_case_does_not_matter(rule: str) -> None:
 def test_only_the_head_of_a_long_message_is_read() -> None:
     # Rules are stated up front; a constraint word deep in pasted material is the material's.
     assert not states_instruction("x " * SCAN_CHARS + "never")
+
+
+# A message that explicitly takes back an earlier one, and which: the newest instruction
+# before it, or the message just before it.
+TAKE_BACK = [
+    ("Ignore my previous message, SQLite is fine.", "message"),
+    ("Please disregard my last request.", "message"),
+    ("Scratch that, do it in Go.", "message"),
+    ("Never mind, the tests can wait.", "message"),
+    ("Forget the earlier instruction about Postgres.", "instruction"),
+    ("Disregard the previous instructions about logging; plain text is fine.", "instruction"),
+    ("This replaces my previous message.", "message"),
+    ("Oublie mon message précédent.", "message"),
+    ("Ignore la consigne précédente.", "instruction"),
+    ("Vergiss meine letzte Anweisung.", "instruction"),
+    ("Olvida mi mensaje anterior.", "message"),
+    ("Ignora la instrucción anterior.", "instruction"),
+    ("忽略我之前的指示，用 SQLite。", "instruction"),
+]
+NOT_TAKE_BACK = [
+    "ignore the tests for now",
+    "Ignore lint warnings in the previous file",
+    "Use the previous answer format",
+    "Replace the last answer with a table",
+    "ignore the previous error, it is flaky",
+    "The last message from the server was a timeout.",
+]
+
+
+@pytest.mark.parametrize(("text", "kind"), TAKE_BACK)
+def test_taking_back_an_earlier_message_is_recognised(text: str, kind: str) -> None:
+    assert supersedes(text) == kind
+    assert supersedes(text.upper()) == kind
+
+
+@pytest.mark.parametrize("text", NOT_TAKE_BACK)
+def test_messages_that_take_nothing_back_are_not(text: str) -> None:
+    assert supersedes(text) is None
+
+
+@given(st.text(max_size=600))
+def test_any_text_is_read_for_taking_back_without_error(text: str) -> None:
+    assert supersedes(text) in (None, "message", "instruction")

@@ -7,7 +7,14 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compression.userwords import MIN_CLIP_TOKENS, Carried, Selection, priority, select_carried
+from compression.userwords import (
+    MIN_CLIP_TOKENS,
+    Carried,
+    Selection,
+    mark_superseded,
+    priority,
+    select_carried,
+)
 from tests.compression.counters import CharCounter
 
 COUNT = CharCounter().count_text
@@ -162,3 +169,51 @@ def _clips(clipped: str, original: str) -> bool:
     head, _, rest = clipped.partition("\n…[")
     tail = rest.split("omitted]…\n", 1)[-1] if "omitted]…\n" in rest else ""
     return "chars omitted" in clipped and original.startswith(head) and original.endswith(tail)
+
+
+def test_a_message_taken_back_goes_last() -> None:
+    candidates = [
+        Carried("origin", 10, opening=True),
+        Carried("always use PostgreSQL", 10, instruction=True, superseded=True),
+        Carried("how long will it take?", 10),
+        Carried("forget the earlier instruction: SQLite is fine", 10, instruction=True),
+    ]
+    assert priority(candidates) == [0, 3, 2, 1]
+    # Room for three of the four: the one taken back is what goes.
+    chosen = select_carried(candidates, 35, COUNT)
+    assert "always use PostgreSQL" not in chosen.texts and len(chosen.texts) == 3
+    assert [(c.kept, c.instruction) for c in chosen.shortened] == [(0, True)]
+    # Not taken back, the instruction would have stayed and the question gone.
+    kept = select_carried([replace(c, superseded=False) for c in candidates], 35, COUNT)
+    assert "always use PostgreSQL" in kept.texts and "how long will it take?" not in kept.texts
+
+
+def test_what_a_later_message_takes_back() -> None:
+    origin = Carried("origin: build the importer", opening=True, index=1)
+    rule = Carried("always use PostgreSQL", instruction=True, index=3)
+    ask = Carried("how long will it take?", index=5)
+    found = mark_superseded([origin, rule, ask, "forget the earlier instruction, use SQLite"])
+    assert [c.superseded for c in found] == [False, True, False]
+    found = mark_superseded([origin, rule, ask, "Ignore my previous message."])
+    assert [c.superseded for c in found] == [False, False, True]
+    # The message just before is kept in view anyway (a string): nothing in the handoff goes.
+    found = mark_superseded([origin, rule, "kept in view", "Ignore my previous message."])
+    assert [c.superseded for c in found] == [False, False]
+    # The original request is never taken back this way.
+    assert not mark_superseded([origin, Carried("scratch that", index=3)])[0].superseded
+
+
+@given(
+    st.lists(
+        st.sampled_from(["a", "never x", "ignore my last message", "forget the earlier rule"]),
+        max_size=8,
+    )
+)
+def test_marking_keeps_every_candidate_in_order(words: list[str]) -> None:
+    candidates = [
+        Carried(w, instruction=w != "a", opening=i == 0, index=i) for i, w in enumerate(words)
+    ]
+    marked = mark_superseded(candidates)
+    assert [replace(c, superseded=False) for c in marked] == candidates
+    assert not any(c.superseded for c in marked if c.opening)
+    assert sorted(priority(marked)) == list(range(len(marked)))
