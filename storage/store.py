@@ -62,7 +62,8 @@ class SessionStore:
         self._db = db
         self._clock = clock
         self._cache = cache
-        self._writer = UsageWriter(self._write_usage)
+        self._writer: UsageWriter[UsageRecord] = UsageWriter(self._write_usage)
+        self._charges: UsageWriter[savings.ChargeRow] = UsageWriter(self._write_charges)
         self._closed = False
         self._session_reads = 0
         self._version_checks = 0
@@ -87,6 +88,7 @@ class SessionStore:
             raise
         store = cls(db, clock, SessionCache(session_cache_s))
         store._writer.start()
+        store._charges.start()
         return store
 
     async def close(self) -> None:
@@ -95,6 +97,7 @@ class SessionStore:
             return
         self._closed = True
         await self._writer.close()
+        await self._charges.close()
         await self._db.dispose()
 
     @property
@@ -155,8 +158,10 @@ class SessionStore:
         self._writer.submit(stamped)
 
     async def flush(self) -> None:
-        """Wait until every record handed to record_usage_later so far is written."""
+        """Wait until every record handed to record_usage_later (and every charge handed to
+        record_charges_later) so far is written."""
         await self._writer.flush()
+        await self._charges.flush()
 
     async def record_usage(self, u: UsageRecord) -> None:
         """The same as record_usage_later, but awaited (and errors raised)."""
@@ -341,19 +346,31 @@ class SessionStore:
     # -- charges and shadow checks -----------------------------------------------------
 
     async def record_charges(self, rows: Sequence[savings.ChargeRow]) -> None:
+        await self._write_charges(list(rows))
+
+    def record_charges_later(self, rows: Sequence[savings.ChargeRow]) -> None:
+        """Hand charges to their write-behind task; returns at once, never raises. Every read
+        of charges below waits for those handed over before it."""
+        for row in rows:
+            self._charges.submit(row)
+
+    async def _write_charges(self, rows: list[savings.ChargeRow]) -> None:
         await self._db.write_inline(lambda conn: savings.add_charges(conn, rows))
 
     async def last_full_prompt(self, sk: SessionKey) -> tuple[int, float] | None:
         """The newest client request's uncompressed prompt tokens and time, if any."""
+        await self._charges.flush()
         return await self._db.read(lambda conn: savings.last_full_prompt(conn, sk))
 
     async def charge_groups(
         self, keys: Sequence[SessionKey] | None = None, per_session: bool = False
     ) -> list[savings.ChargeGroup]:
+        await self._charges.flush()
         return await self._db.read(lambda conn: savings.charge_groups(conn, keys, per_session))
 
     async def charges_of(self, sk: SessionKey, limit: int = 1000) -> list[savings.ChargeRow]:
         """The session's newest `limit` charges (one per upstream call), oldest first."""
+        await self._charges.flush()
         return await self._db.read(lambda conn: savings.charges_of(conn, sk, limit))
 
     async def record_shadow(self, row: savings.ShadowRow) -> None:

@@ -1,4 +1,5 @@
-"""Write-behind for usage records: the response path hands a record over and never waits.
+"""Write-behind for usage records and charges: the response path hands a record over and never
+waits.
 
 One background task drains a bounded queue. A batch goes out once its oldest record has waited
 `linger_s` (counted from its hand-over, so time spent behind the previous write counts too), so
@@ -16,19 +17,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 from storage.errors import DatabaseBusy, StorageError
-from storage.records import UsageRecord
 
 logger = logging.getLogger("ctxgate.storage")
 
-WriteBatch = Callable[[list[UsageRecord]], Awaitable[None]]
+Record = TypeVar("Record")
 
 
-class UsageWriter:
+class UsageWriter(Generic[Record]):
     def __init__(
         self,
-        write: WriteBatch,
+        write: Callable[[list[Record]], Awaitable[None]],
         *,
         max_batch: int = 1000,
         max_pending: int = 100_000,
@@ -42,7 +43,7 @@ class UsageWriter:
         self._flushers = 0
         self._busy_retries = busy_retries
         # Each record with the loop time it was handed over at.
-        self._queue: asyncio.Queue[tuple[float, UsageRecord]] = asyncio.Queue(max_pending)
+        self._queue: asyncio.Queue[tuple[float, Record]] = asyncio.Queue(max_pending)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.written = 0
@@ -56,7 +57,7 @@ class UsageWriter:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ctxgate-usage")
 
-    def submit(self, record: UsageRecord) -> None:
+    def submit(self, record: Record) -> None:
         """Enqueue without waiting; when closed or full the record is dropped and counted."""
         if self._closed or self._task is None or self._task.done():
             self._drop("the usage writer is not running")
@@ -109,7 +110,7 @@ class UsageWriter:
                 for _ in batch:
                     self._queue.task_done()
 
-    async def _write_batch(self, batch: list[UsageRecord]) -> None:
+    async def _write_batch(self, batch: list[Record]) -> None:
         for attempt in range(self._busy_retries + 1):
             try:
                 await self._write(batch)

@@ -20,13 +20,21 @@ ctxgate does; each returns new values); so are what doors keep with them (`deriv
 
 A `mark` given at construction is counted in every kept body once, and in a grown body only
 where it is new: what a byte scan of the whole body would find, without the scan.
+
+Keeping is deferred to the event loop's next turn: finding where a body's array ends, counting
+its marks and freeing the bodies it pushes out of the budget then overlap the upstream's work
+on the request instead of preceding it. `find` settles whatever is still pending first, so a
+body is found the same either way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -85,11 +93,13 @@ class GrownBodies:
         # Parses run on the event loop; the lock only matters for the rare parse from a
         # worker thread (offline tools, tests serving several loops from one process).
         self._lock = threading.Lock()
+        self._pending: list[Callable[[], None]] = []  # keeps not yet done
 
     def find(self, raw: bytes) -> Grown | None:
         """`raw` parsed from a kept body it grew out of, or None (parse it whole)."""
         if len(raw) < self._smallest:
             return None
+        self.settle()
         key = raw[:KEY_BYTES]
         with self._lock:
             candidates = list(self._kept.get(key, ()))
@@ -105,10 +115,39 @@ class GrownBodies:
 
     def keep(self, raw: bytes, body: dict[str, Any], derived: Any = None) -> None:
         """Keep a fully parsed and checked body for the requests that will grow out of it."""
-        key = raw[:KEY_BYTES]
         entries = body.get(self.array)
         if len(raw) < self._smallest or not isinstance(entries, list) or not entries:
             return
+        self._later(partial(self._keep, raw, body, derived))
+
+    def keep_grown(self, raw: bytes, grown: Grown, derived: Any = None) -> None:
+        """Keep a grown body, once its added entries passed their checks, in place of the
+        body it grew out of (the conversation has moved on)."""
+        kept = _Kept(raw, grown.body, grown.end, derived, grown.marks)
+        self._later(partial(self._store, raw[:KEY_BYTES], kept, grown.source))
+
+    def settle(self) -> None:
+        """Do the keeps still pending."""
+        while self._pending:
+            with self._lock:
+                pending, self._pending = self._pending, []
+            for keep in pending:
+                keep()
+
+    def _later(self, keep: Callable[[], None]) -> None:
+        with self._lock:
+            self._pending.append(keep)
+            first = len(self._pending) == 1
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop here (offline tools): now
+            self.settle()
+            return
+        if first:
+            loop.call_soon(self.settle)
+
+    def _keep(self, raw: bytes, body: dict[str, Any], derived: Any) -> None:
+        key = raw[:KEY_BYTES]
         with self._lock:
             skips = self._foreign.pop(key, 0)
             if skips:
@@ -123,12 +162,6 @@ class GrownBodies:
         elif end >= KEY_BYTES:  # else the opening holds bytes that will change
             marks = None if self.mark is None else raw.count(self.mark)
             self._store(key, _Kept(raw, body, end, derived, marks), replacing=None)
-
-    def keep_grown(self, raw: bytes, grown: Grown, derived: Any = None) -> None:
-        """Keep a grown body, once its added entries passed their checks, in place of the
-        body it grew out of (the conversation has moved on)."""
-        kept = _Kept(raw, grown.body, grown.end, derived, grown.marks)
-        self._store(raw[:KEY_BYTES], kept, replacing=grown.source)
 
     def _store(self, key: bytes, kept: _Kept, replacing: _Kept | None) -> None:
         with self._lock:

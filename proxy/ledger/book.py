@@ -83,7 +83,7 @@ class Ledger:
             billed.cache_write, billed.output, full.uncached, full.cache_read,
             full.cache_write, full_prompt,
         )  # fmt: skip
-        return await self._record(row, billed, full)
+        return self._record(row, billed, full)
 
     async def overhead(
         self, sk: SessionKey, model: str, kind: str, usage: Usage | None, compressed: bool = True
@@ -96,9 +96,9 @@ class Ledger:
             sk, self.clock(), model, kind, compressed, billed.uncached, billed.cache_read,
             billed.cache_write, billed.output,
         )  # fmt: skip
-        return await self._record(row, billed, None)
+        return self._record(row, billed, None)
 
-    async def _record(self, row: ChargeRow, billed: Split, full: Split | None) -> Charged:
+    def _record(self, row: ChargeRow, billed: Split, full: Split | None) -> Charged:
         price = self.settings.price_for(row.model)
         charged = Charged(
             row.model,
@@ -109,10 +109,7 @@ class Ledger:
             None if price is None or full is None else cost(full, price),
         )
         self.observe(charged)
-        try:
-            await self.store.record_charges([row])
-        except StorageError as exc:
-            log.warning("could not record a %s charge: %s", row.kind, exc)
+        self.store.record_charges_later([row])  # written behind, with the usage records
         return charged
 
     async def _previous(self, sk: SessionKey, at: float) -> int | None:
