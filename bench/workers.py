@@ -3,7 +3,10 @@
     .venv/bin/python bench/workers.py                       # 1 and 2 workers, 8K and 64K, 3 rounds
     .venv/bin/python bench/workers.py --workers 1,2,4 --clients 64 --seconds 10 --rounds 5
 
-The provider simulator (bench/overhead.py --serve-simulator) runs in its own process; ctxgate
+The upstream runs in its own process: by default a canned one (bench/canned_upstream.py) that
+answers at once without counting tokens, so that on a small machine it leaves the CPUs to
+ctxgate; `--upstream simulator` uses the provider simulator (bench/overhead.py
+--serve-simulator), which counts every prompt (4.6 ms of CPU at 64K). ctxgate runs
 in its own (the supervisor and its workers, started afresh for every measurement, with SQLite
 in the run directory); the clients in --load-procs processes of their own. Each of the
 --clients clients (aiohttp) sends its next request as soon as it has read the previous
@@ -11,7 +14,7 @@ answer: the same agent history (tau-bench airline, as bench/overhead.py) each ti
 session per client, each client on a keep-alive connection of its own, as agents each have
 their own HTTP client (a connection stays with one worker, and so does its session). After
 --warmup seconds, the answers completed in the next --seconds are counted. `direct` is the
-same loop against the simulator itself, in the same run: what the upstream and the clients
+same loop against the upstream itself, in the same run: what the upstream and the clients
 leave room for. The targets take turns in an order that changes every round (each goes first,
 and follows each other, equally often), so that the drift of a shared machine's load hits
 them alike, and the CPU that processes outside the benchmark used meanwhile is printed beside
@@ -229,7 +232,7 @@ def run(args: argparse.Namespace, run_dir: Path) -> list[Sample]:
         messages, tools, tokens = build_history(SIZES[size])
         (run_dir / f"{size}.json").write_bytes(request_body(messages, tools, False))
         print(f"{size}: {tokens} tokens, {len(messages)} messages", flush=True)
-    sim = simulator_service(run_dir, sys.executable, OVERHEAD_SCRIPT)
+    sim = upstream_service(run_dir, args.upstream)
     targets = ["direct", *[f"{n}w" for n in args.workers]]
     samples: list[Sample] = []
     sim.start()
@@ -295,6 +298,17 @@ def every_worker_up(proxy: Service, workers: int, timeout_s: float) -> None:
             time.sleep(0.2)
 
 
+def upstream_service(run_dir: Path, kind: str) -> Service:
+    """The provider simulator, or the canned upstream that leaves the CPUs to ctxgate."""
+    if kind == "simulator":
+        return simulator_service(run_dir, sys.executable, OVERHEAD_SCRIPT)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, str(REPO / "bench" / "canned_upstream.py"), str(port)]
+    chat = f"{base}/v1/chat/completions"
+    return Service("canned", argv, f"{base}/health", chat, run_dir / "canned.log")
+
+
 # --- the report --------------------------------------------------------------------------------
 
 
@@ -302,6 +316,7 @@ def report(samples: Sequence[Sample], args: argparse.Namespace) -> str:
     targets = ["direct", *[f"{n}w" for n in args.workers]]
     lines = [
         f"{args.clients} clients in {args.load_procs} process(es), closed loop, "
+        f"{args.upstream} upstream, "
         f"{args.seconds:g} s counted after {args.warmup:g} s, {args.rounds} rounds; "
         f"{len(os.sched_getaffinity(0))} usable cores, shared with other work.",
         "",
@@ -352,6 +367,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=10.0, help="counted seconds per sample")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds before counting")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--upstream",
+        choices=("canned", "simulator"),
+        default="canned",
+        help="canned: answers at once without counting (bench/canned_upstream.py), so that "
+        "the upstream does not set the pace on a small machine; simulator: the provider "
+        "simulator, which counts every prompt",
+    )
     p.add_argument("--out", help="output stem (default bench/results/workers)")
     p.add_argument("--run-dir", help="configs, logs, DB (default /tmp/bench-workers/<time>)")
     p.add_argument("--startup-timeout", type=float, default=120.0)
