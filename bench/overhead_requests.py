@@ -75,8 +75,10 @@ class Bodies:
     - `fresh`: a body no session has seen: a new tag in its first user message, a new session
       id. What every first request of a session, and a history edited at its start, cost.
     - `growing`: each client's session gains one turn per round, as an agent's does. Its
-      history runs from the valid cut at three quarters of the size up to the whole history;
-      when the turns run out, the client starts a new session from the smallest again.
+      history runs from the valid cut at three quarters of the size up to the whole history,
+      tagged in its first user message with the client and lap (so that no two clients send
+      the same bytes); when the turns run out, the client starts a new session from the
+      smallest again.
     """
 
     def __init__(
@@ -91,9 +93,7 @@ class Bodies:
         self.sent = 0
         self.rounds = 0
         self._whole = request_body(messages, tools, stream)
-        if kind == "fresh":
-            at = self._whole.index(FIRST_USER) + len(FIRST_USER)
-            self._head, self._tail = self._whole[:at], self._whole[at:]
+        self._at = self._whole.index(FIRST_USER) + len(FIRST_USER)  # the same in every cut
         self._grown: list[bytes] = []
         if kind == "growing":
             cuts = valid_cuts(messages)
@@ -111,11 +111,15 @@ class Bodies:
         self.sent += 1
         if self.kind == "fresh":
             tag = f"[request {self.sent:09d}] ".encode()
-            return self._head + tag + self._tail, f"{session}-fresh-{self.sent}"
+            return self._tagged(self._whole, tag), f"{session}-fresh-{self.sent}"
         if self.kind == "growing":
             lap, turn = divmod(step, len(self._grown))
-            return self._grown[turn], f"{session}-{client}-lap{lap}"
+            tag = f"[client {client} lap {lap}] ".encode()
+            return self._tagged(self._grown[turn], tag), f"{session}-{client}-lap{lap}"
         return self._whole, f"{session}-{client}"
+
+    def _tagged(self, body: bytes, tag: bytes) -> bytes:
+        return body[: self._at] + tag + body[self._at :]
 
     @property
     def turns(self) -> int:

@@ -71,28 +71,29 @@ _SCRIPTS = re.compile(_CJK)
 # A message that explicitly takes back an earlier one: "ignore my previous message", "forget
 # the earlier instruction", "scratch that". Which one it takes back: `supersedes`.
 _BACK = (
-    r"ignore|disregard|forget|scratch|cancel|never ?mind|withdraw|override|replaces|"
+    r"ignore|disregard|forget|scratch|never ?mind|withdraw|replaces|"
     r"ignor[ea]z?|oublie[zr]?|annule[zr]?|ignoriere|vergiss|olvida|ignora|esquece|desconsidere"
 )
 _EARLIER = (
     r"(?:(?:my|the|that|your|mon|ma|mes|le|la|les|meine|die|den|das|mi|el|lo|o|a|minha|meu)"
-    r"\s+)?(?:previous|last|earlier|above|prior|former|first|précédente?s?|dernière?s?|"
+    r"\s+)?(?:previous|last|earlier|above|prior|former|précédente?s?|dernière?s?|"
     r"letzten?|vorherigen?|früheren?|anterior(?:es)?|últim[oa]s?)"
 )
 _RULE = (
     r"instructions?|rules?|constraints?|requirements?|directions?|consignes?|"
-    r"Anweisung(?:en)?|Vorgabe|instrucci[oó]n(?:es)?|instru[cç][aã]o|regra|指示"
+    r"Anweisung(?:en)?|Vorgabe|instrucci[oó]n(?:es)?|instru[cç](?:[aã]o|[oõ]es)|regras?|指示"
 )
 _THING = (
-    rf"{_RULE}|message|request|question|prompt|ask|comment|note|point|"
+    rf"{_RULE}|message|request|question|prompt|"
     r"Nachricht|Frage|mensaje|mensagem|pedido|demande"
 )
 _SUPERSEDES = re.compile(
     rf"\b(?:{_BACK})\b[^.!?\n]{{0,24}}?\b(?:{_EARLIER})\s+(?:\w+\s+)?(?:{_THING})\b|"
     rf"\b(?:{_BACK})\b\s+(?:\w+\s+)?(?:{_THING})\b\s+(?:{_EARLIER})|"
-    r"^\s*(?:scratch that|never ?mind(?: that)?|forget (?:that|it)|ignore that|"
-    r"oublie ça|vergiss das|olvida eso|esquece isso)\b|"
-    r"(?:忽略|无视|不要管|忘掉|撤回)(?:我)?(?:之前|上一条|上面|前面|刚才)的?(?:指示|要求|规则)?|"
+    # Alone at the start, these take back what was just said; "scratch that file" does not.
+    r"^\s*(?:(?:scratch that|forget (?:that|it)|ignore that|oublie ça|vergiss das|olvida eso|"
+    r"esquece isso)(?=\s*(?:[,.;:!\u2014-]|$))|never ?mind\b)|"
+    r"(?:忽略|无视|不要管|忘掉|撤回)(?:我)?(?:之前|上一条|上面|前面|刚才)的?(?:指示|要求|规则|消息|话)|"
     r"(?:前の|さっきの)(?:指示|メッセージ)は(?:無視|取り消)",
     re.IGNORECASE,
 )

@@ -63,7 +63,9 @@ class SessionStore:
         self._clock = clock
         self._cache = cache
         self._writer: UsageWriter[UsageRecord] = UsageWriter(self._write_usage)
-        self._charges: UsageWriter[savings.ChargeRow] = UsageWriter(self._write_charges)
+        self._charges: UsageWriter[savings.ChargeRow] = UsageWriter(
+            self._write_charges, what="charge"
+        )
         self._closed = False
         self._session_reads = 0
         self._version_checks = 0
@@ -349,8 +351,8 @@ class SessionStore:
         await self._write_charges(list(rows))
 
     def record_charges_later(self, rows: Sequence[savings.ChargeRow]) -> None:
-        """Hand charges to their write-behind task; returns at once, never raises. Every read
-        of charges below waits for those handed over before it."""
+        """Hand charges to their write-behind task; returns at once, never raises. The reads
+        that report charges (`charge_groups`, `charges_of`) wait for those handed over."""
         for row in rows:
             self._charges.submit(row)
 
@@ -358,8 +360,8 @@ class SessionStore:
         await self._db.write_inline(lambda conn: savings.add_charges(conn, rows))
 
     async def last_full_prompt(self, sk: SessionKey) -> tuple[int, float] | None:
-        """The newest client request's uncompressed prompt tokens and time, if any."""
-        await self._charges.flush()
+        """The newest client request's uncompressed prompt tokens and time, if any, among
+        those written (the ledger remembers this process's own newest ones itself)."""
         return await self._db.read(lambda conn: savings.last_full_prompt(conn, sk))
 
     async def charge_groups(

@@ -35,8 +35,10 @@ class UsageWriter(Generic[Record]):
         max_pending: int = 100_000,
         busy_retries: int = 3,
         linger_s: float = 0.5,
+        what: str = "usage",
     ) -> None:
         self._write = write
+        self._what = what  # what the records are, in task names and log lines
         self._max_batch = max_batch
         self._linger_s = linger_s
         self._hurry = asyncio.Event()
@@ -55,17 +57,19 @@ class UsageWriter(Generic[Record]):
         return self._queue.qsize()
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="ctxgate-usage")
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"ctxgate-{self._what}"
+        )
 
     def submit(self, record: Record) -> None:
         """Enqueue without waiting; when closed or full the record is dropped and counted."""
         if self._closed or self._task is None or self._task.done():
-            self._drop("the usage writer is not running")
+            self._drop(f"the {self._what} writer is not running")
             return
         try:
             self._queue.put_nowait((self._task.get_loop().time(), record))
         except asyncio.QueueFull:
-            self._drop("the usage queue is full")
+            self._drop(f"the {self._what} queue is full")
 
     async def flush(self) -> None:
         """Wait until every record submitted so far has been written (or given up on)."""
@@ -123,7 +127,7 @@ class UsageWriter(Generic[Record]):
                 error = exc
                 break
             except Exception as exc:  # a bug here must not stop usage recording for good
-                logger.exception("usage write-behind failed unexpectedly")
+                logger.exception("%s write-behind failed unexpectedly", self._what)
                 error = exc
                 break
             self.written += len(batch)
@@ -134,9 +138,9 @@ class UsageWriter(Generic[Record]):
                 await self._write_batch([record])
             return
         self.failed += len(batch)
-        logger.error("usage write-behind dropped %d record(s): %s", len(batch), error)
+        logger.error("%s write-behind dropped %d record(s): %s", self._what, len(batch), error)
 
     def _drop(self, why: str) -> None:
         self.dropped += 1
         if self.dropped == 1 or self.dropped % 1000 == 0:
-            logger.warning("%s; %d usage record(s) dropped so far", why, self.dropped)
+            logger.warning("%s; %d %s record(s) dropped so far", why, self.dropped, self._what)

@@ -8,13 +8,13 @@ convert every message (item) to the chat shape the core works on. This keeps the
 bodies (within `server.parsed_request_bytes`); a body that is one of them grown is built from
 it, and only what was added is parsed.
 
-Exactness: a body is kept only when orjson writes the fields after its array, and the array's
-last entry, back as exactly the bytes around the array's end (what compact JSON writers send:
-the OpenAI and Anthropic SDKs, Codex, Claude Code), so where its messages array ends is known
-without writing the whole body back (that costs a third of a parse, on every body no session
-has seen). A new body counts as grown only when it is byte for byte the kept bytes with `,` and
-new messages at that offset, and orjson writes those messages back as exactly the inserted
-bytes: the result equals a full parse. Kept parsed values are shared with
+Exactness: a body is kept only when orjson writes its parse back as exactly the bytes that came
+(what compact JSON writers send: the OpenAI and Anthropic SDKs, Codex, Claude Code), so where
+its messages array ends is known (a check of the bytes around the array's end alone would not
+do: a repeated key after the array can hold a `]` that looks like its end). A new body counts
+as grown only when it is byte for byte the kept bytes with `,` and new messages at that offset,
+and orjson writes those messages back as exactly the inserted bytes: the result equals a full
+parse. Kept parsed values are shared with
 later requests, so nothing may change a parsed request in place (no message transform in
 ctxgate does; each returns new values); so are what doors keep with them (`derived`).
 
@@ -30,6 +30,7 @@ body is found the same either way.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -38,6 +39,8 @@ from functools import partial
 from typing import Any
 
 import orjson
+
+log = logging.getLogger("ctxgate.doors")
 
 BUDGET_BYTES = 16 * 1024 * 1024  # raw bytes of the bodies kept; parsed they take ~3x that
 SMALLEST_BYTES = 32 * 1024  # below this a full parse costs next to nothing
@@ -132,7 +135,10 @@ class GrownBodies:
             with self._lock:
                 pending, self._pending = self._pending, []
             for keep in pending:
-                keep()
+                try:
+                    keep()
+                except Exception:  # a body not kept is parsed whole next time: no harm
+                    log.exception("keeping a parsed request body failed")
 
     def _later(self, keep: Callable[[], None]) -> None:
         with self._lock:
@@ -199,16 +205,13 @@ def _grow(kept: _Kept, raw: bytes, array: str) -> tuple[dict[str, Any], int] | N
 
 
 def _array_end(raw: bytes, body: dict[str, Any], array: str) -> int | None:
-    """Where `array`'s last entry ends in `raw`, when orjson writes that entry and the fields
-    after the array back as the bytes there. (The bytes before are compared as they are.)"""
+    """Where `array`'s last entry ends in `raw`, when orjson writes `body` back as `raw`."""
     try:
+        if orjson.dumps(body) != raw:
+            return None
         keys = list(body)
         after = {k: body[k] for k in keys[keys.index(array) + 1 :]}
         tail = b"]," + orjson.dumps(after)[1:] if after else b"]}"
-        last = orjson.dumps(body[array][-1])
     except orjson.JSONEncodeError:
         return None
-    end = len(raw) - len(tail)
-    if not raw.endswith(tail) or raw[end - len(last) : end] != last:
-        return None
-    return end
+    return len(raw) - len(tail)

@@ -109,7 +109,7 @@ class Ledger:
             None if price is None or full is None else cost(full, price),
         )
         self.observe(charged)
-        self.store.record_charges_later([row])  # written behind, with the usage records
+        self.store.record_charges_later([row])  # written behind, in batches, off the request
         return charged
 
     async def _previous(self, sk: SessionKey, at: float) -> int | None:

@@ -105,6 +105,9 @@ TAKE_BACK = [
     ("Olvida mi mensaje anterior.", "message"),
     ("Ignora la instrucción anterior.", "instruction"),
     ("忽略我之前的指示，用 SQLite。", "instruction"),
+    ("Desconsidere as instruções anteriores.", "instruction"),
+    ("Forget it, let's move on.", "message"),
+    ("Ignore the above instructions.", "instruction"),
 ]
 NOT_TAKE_BACK = [
     "ignore the tests for now",
@@ -113,6 +116,14 @@ NOT_TAKE_BACK = [
     "Replace the last answer with a table",
     "ignore the previous error, it is flaky",
     "The last message from the server was a timeout.",
+    "Cancel the previous request to the API and retry",
+    "Ignore the comment above the function; it is outdated.",
+    "ignore the note above, it's stale",
+    "Ignore the last comment in the PR",
+    "Please ignore the first point in the README",
+    "Scratch that test file, we don't need it",
+    "Override the first rule in .eslintrc for this folder",
+    "忽略上面的错误",
 ]
 
 

@@ -312,25 +312,15 @@ def test_a_growing_responses_conversation_converts_as_a_full_parse_would(
         assert grown.passthrough == whole.passthrough
 
 
-def test_bytes_before_the_arrays_end_are_compared_as_they_came() -> None:
-    """Only the array's last entry and what follows it must be orjson's own bytes: earlier
-    entries written another way (escaped non-ASCII, here) still let the body grow."""
-    history = [
-        {"role": "user", "content": "caf\u00e9 " * 20},
-        {"role": "assistant", "content": "ok"},
-    ]
-    escaped = json.dumps(history[0], separators=(",", ":")).encode()  # caf\u00e9
-    compact = orjson.dumps(history[0])
-    raw = body({}, history, {"temperature": 0.5}).replace(compact, escaped)
-    assert raw != body({}, history, {"temperature": 0.5})
+def test_a_repeated_key_after_the_array_is_never_taken_for_its_end() -> None:
+    """A `]` of a repeated key's value looks like the array's end from the bytes around it; a
+    body that grew there is parsed whole, as the upstream reads it."""
+    last = orjson.dumps({"role": "user", "content": "hello"})
+    added = orjson.dumps({"role": "user", "content": "INJECTED"})
+    opening = b'{"model":"gpt-4o","messages":[' + orjson.dumps(SYSTEM) + b"," + last
+    raw = opening + b'],"x":[' + last + b'],"x":1}'
     cache = earlier()
     parse_chat_request(raw, cache)
-    added = orjson.dumps({"role": "user", "content": "next"})
-    grown = raw.replace(b'"ok"}]', b'"ok"},' + added + b"]")
-    found = cache.find(grown)
-    assert found is not None and found.known == 3
-    assert found.body == orjson.loads(grown)
-    # The last entry itself written another way: where the array ends is not known.
-    odd = body({}, [*history[1:], history[0]], {}).replace(compact, escaped)
-    parse_chat_request(odd, cache)
-    assert cache.find(odd.replace(escaped + b"]", escaped + b"," + added + b"]")) is None
+    grown = opening + b'],"x":[' + last + b"," + added + b'],"x":1}'
+    assert cache.find(grown) is None
+    assert parse_chat_request(grown, cache).messages == orjson.loads(grown)["messages"]
