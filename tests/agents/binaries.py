@@ -45,6 +45,17 @@ class Finished:
         return self.stdout + self.stderr
 
 
+@dataclass(frozen=True)
+class AgentRun:
+    """One headless run of a real agent, and the directory it worked in."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    seconds: float
+    workdir: Path
+
+
 def run_headless(
     command: list[str], cwd: Path, env: dict[str, str], timeout: float, name: str
 ) -> Finished:

@@ -7,10 +7,9 @@ Install the binary with ``scripts/install-codex.sh`` (it lands in ``.agents/code
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.agents.binaries import agent_binary, required_binary, run_headless
+from tests.agents.binaries import AgentRun, agent_binary, required_binary, run_headless
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALLED = REPO / ".agents" / "codex" / "node_modules" / ".bin" / "codex"
@@ -25,15 +24,6 @@ def codex_binary() -> Path | None:
 def required_codex() -> Path:
     """The codex binary for a test (skipped, or failed under CTXGATE_TEST_CODEX=1, without it)."""
     return required_binary(INSTALLED, "codex", "CTXGATE_TEST_CODEX", "scripts/install-codex.sh")
-
-
-@dataclass(frozen=True)
-class CodexRun:
-    exit_code: int
-    stdout: str
-    stderr: str
-    seconds: float
-    workdir: Path
 
 
 def config_toml(
@@ -122,7 +112,7 @@ class Codex:
         )
         return env
 
-    def exec(self, task: str, timeout: float = 300.0) -> CodexRun:
+    def exec(self, task: str, timeout: float = 300.0) -> AgentRun:
         """``codex exec`` the task headless; a timeout kills it and reports exit code -9."""
         command = [
             str(self.binary),
@@ -138,4 +128,4 @@ class Codex:
         ]
         done = run_headless(command, self.workdir, self.env(), timeout, "codex")
         code = -9 if done.exit_code is None else done.exit_code
-        return CodexRun(code, done.stdout, done.stderr, done.seconds, self.workdir)
+        return AgentRun(code, done.stdout, done.stderr, done.seconds, self.workdir)

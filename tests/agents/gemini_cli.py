@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.agents.binaries import agent_binary, required_binary, run_headless
+from tests.agents.binaries import AgentRun, agent_binary, required_binary, run_headless
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = REPO / ".agents" / "gemini-cli"
@@ -33,15 +32,6 @@ def required_gemini() -> Path:
     """The gemini binary for a test (skipped, or failed under CTXGATE_TEST_GEMINI_CLI=1,
     without it)."""
     return required_binary(INSTALLED, "gemini", FLAG, "scripts/install-gemini-cli.sh")
-
-
-@dataclass(frozen=True)
-class GeminiRun:
-    exit_code: int
-    stdout: str
-    stderr: str
-    seconds: float
-    workdir: Path
 
 
 def settings_json() -> dict[str, object]:
@@ -104,7 +94,7 @@ class GeminiCli:
         )
         return env
 
-    def prompt(self, task: str, timeout: float = 300.0) -> GeminiRun:
+    def prompt(self, task: str, timeout: float = 300.0) -> AgentRun:
         """``gemini -p`` the task headless (tools approved, text output); a timeout kills it
         and reports exit code -9."""
         command = [
@@ -121,4 +111,4 @@ class GeminiCli:
         ]
         done = run_headless(command, self.workdir, self.env(), timeout, "gemini")
         code = -9 if done.exit_code is None else done.exit_code
-        return GeminiRun(code, done.stdout, done.stderr, done.seconds, self.workdir)
+        return AgentRun(code, done.stdout, done.stderr, done.seconds, self.workdir)

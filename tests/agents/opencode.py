@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.agents.binaries import agent_binary, required_binary, run_headless
+from tests.agents.binaries import AgentRun, agent_binary, required_binary, run_headless
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALLED = REPO / ".agents" / "opencode" / "node_modules" / ".bin" / "opencode"
@@ -33,15 +32,6 @@ def required_opencode() -> Path:
     """The opencode binary for a test (skipped, or failed under CTXGATE_TEST_OPENCODE=1,
     without it)."""
     return required_binary(INSTALLED, "opencode", FLAG, "scripts/install-opencode.sh")
-
-
-@dataclass(frozen=True)
-class OpenCodeRun:
-    exit_code: int
-    stdout: str
-    stderr: str
-    seconds: float
-    workdir: Path
 
 
 def opencode_json(model: str, *, limit: tuple[int, int] | None = None) -> dict[str, object]:
@@ -126,10 +116,10 @@ class OpenCode:
         """``opencode run`` with the task, headless (no TUI, no server), with the model."""
         return [str(self.binary), "run", "-m", self.model, task]
 
-    def run(self, task: str, base_url: str, timeout: float = 300.0) -> OpenCodeRun:
+    def run(self, task: str, base_url: str, timeout: float = 300.0) -> AgentRun:
         """Run the task against `base_url`; a timeout kills it and reports exit code -9."""
         done = run_headless(
             self.command(task), self.workdir, self.env(base_url), timeout, "opencode"
         )
         code = -9 if done.exit_code is None else done.exit_code
-        return OpenCodeRun(code, done.stdout, done.stderr, done.seconds, self.workdir)
+        return AgentRun(code, done.stdout, done.stderr, done.seconds, self.workdir)

@@ -324,17 +324,7 @@
     ];
     if (s.parent_key) facts.push(["rotated from", s.parent_key]);
     if (s.child_key) facts.push(["rotated to", s.child_key]);
-    const dl = $("facts");
-    dl.replaceChildren();
-    for (const [name, value] of facts) {
-      const div = document.createElement("div");
-      const dt = document.createElement("dt");
-      const dd = document.createElement("dd");
-      dt.textContent = name;
-      dd.textContent = value;
-      div.append(dt, dd);
-      dl.appendChild(div);
-    }
+    fillFacts($("facts"), facts);
     const savings = detail.savings ? savingsFacts(detail.savings) : [["savings", "no charges recorded yet"]];
     const shadow = detail.shadow.total;
     if (shadow.samples) {
