@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script: make `bench`, `compression`, `tests` importable
     sys.path.insert(0, str(REPO))
 
-from bench.overhead_cells import QUIET_CORES, Cell, CellResult, merged, run_cell  # noqa: E402
+from bench.overhead_cells import GAP_S, QUIET_CORES, Cell, CellResult, merged, run_cell  # noqa: E402
 from bench.overhead_report import (  # noqa: E402
     hot_spots,
     markdown,
@@ -187,7 +187,9 @@ async def measure(
             if args.passes > 1:
                 print(f"pass {number + 1} of {args.passes}", flush=True)
             for cell in cells:
-                result = await run_cell(client, cell, by_name, bodies[cell], args.quiet_wait)
+                result = await run_cell(
+                    client, cell, by_name, bodies[cell], args.quiet_wait, args.gap_ms / 1000
+                )
                 passes[cell].append(result)
                 _progress(summarize(result))
         results = [merged(parts) for parts in passes.values()]
@@ -260,6 +262,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", help="output stem (default bench/results/overhead[-quick])")
     p.add_argument("--run-dir", help="configs, logs, DB (default /tmp/bench-overhead/<time>)")
+    p.add_argument(
+        "--gap-ms",
+        type=float,
+        default=GAP_S * 1000,
+        help="pause after each target's requests, as an agent's tool run (default %(default)s)",
+    )
     p.add_argument(
         "--quiet-wait",
         type=float,

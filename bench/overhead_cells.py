@@ -15,6 +15,12 @@ from bench.overhead_requests import Bodies, request_headers, timed_request
 from bench.overhead_services import Service, machine_cpu_s, own_cpu_s, wait_for_quiet
 
 QUIET_CORES = 0.15  # other processes' CPU use (in cores) under which a cell may start
+# Pause after each target's burst. An agent's next request follows its tool run, never the
+# answer's last byte at once; what a proxy does once its client has the answer (ctxgate's
+# session records and kept bodies) then runs in the pause, as in service, rather than on the
+# next target's sample or on its own next one, on a 2-CPU machine where the client and the
+# upstream take the other CPU.
+GAP_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -52,8 +58,10 @@ async def _round(
     urls: dict[str, str],
     order: Sequence[str],
     bodies: Bodies,
+    gap_s: float = GAP_S,
 ) -> dict[str, list[float | str]]:
-    """One round: every target in `order` gets `cell.clients` simultaneous requests."""
+    """One round: every target in `order` gets `cell.clients` simultaneous requests, then
+    the round pauses `gap_s`."""
     out: dict[str, list[float | str]] = {}
     session = f"bench-{cell.name}"
     step = bodies.next_round()
@@ -65,6 +73,8 @@ async def _round(
         ]
         results = await asyncio.gather(*calls, return_exceptions=True)
         out[target] = [r if isinstance(r, float) else f"{type(r).__name__}: {r}" for r in results]
+        if gap_s > 0:
+            await asyncio.sleep(gap_s)
     return out
 
 
@@ -89,13 +99,14 @@ async def run_cell(
     services: dict[str, Service],
     bodies: Bodies,
     quiet_wait_s: float,
+    gap_s: float = GAP_S,
 ) -> CellResult:
     urls = {name: svc.chat_url for name, svc in services.items()}
     targets = ["direct", *[n for n in urls if n != "direct"]]
     samples: dict[str, list[float]] = {t: [] for t in targets}
     errors: dict[str, list[str]] = {t: [] for t in targets}
     for _ in range(cell.warmup):
-        await _round(client, cell, urls, targets, bodies)
+        await _round(client, cell, urls, targets, bodies, gap_s)
     quiet = wait_for_quiet(list(services.values()), quiet_wait_s, QUIET_CORES)
     listed = list(services.values())
     cpu0 = {n: svc.cpu_seconds() for n, svc in services.items()}
@@ -104,7 +115,7 @@ async def run_cell(
     orders = round_orders(targets)
     for r in range(cell.rounds):
         order = orders[r % len(orders)]
-        for target, got in (await _round(client, cell, urls, order, bodies)).items():
+        for target, got in (await _round(client, cell, urls, order, bodies, gap_s)).items():
             samples[target].extend(v if isinstance(v, float) else math.nan for v in got)
             errors[target].extend(v for v in got if isinstance(v, str))
     wall = time.perf_counter() - wall0

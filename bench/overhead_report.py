@@ -146,8 +146,10 @@ METHOD = """## Method
   tau-bench airline history, 14 tools), to the direct URL and each proxy in alternation, in
   an order that changes every round so that each target goes first, and follows each other
   target, equally often (a Williams design). 16 clients: each round sends 16 simultaneous
-  requests to one target, then to the next. Sample = time to last byte (whole body, or
-  `data: [DONE]`).
+  requests to one target, then to the next. After each target's requests the client pauses
+  2 ms (`--gap-ms`), as an agent runs a tool before its next request: what a proxy does
+  once the answer is out (ctxgate's session records) runs there, not on the next sample.
+  Sample = time to last byte (whole body, or `data: [DONE]`).
 - LiteLLM, as its production checklist runs it: `litellm --config` with `openai/gpt-4o` at the
   simulator, 1 worker, `LITELLM_LOG=ERROR`, `LITELLM_MODE=PRODUCTION`, `set_verbose: false`,
   spend and error logs off, telemetry off, local price map, no database, no master key

@@ -53,6 +53,7 @@ TOKENS_PER_NAME = 1
 REPLY_PRIMING = 3  # every reply is primed with <|start|>assistant<|message|>
 TOOL_CALL_OVERHEAD = 4  # wrapper around each tool call's name + arguments (approximate)
 DEFAULT_IMAGE_TOKENS = 765  # one 1024x1024 high-detail tile set (85 + 4 x 170)
+IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})  # part types priced flat
 
 # -- long-text guard ----------------------------------------------------------------------------
 # tiktoken's regex backtracks and fails (a Rust panic, surfaced as a BaseException) on ~1M chars
@@ -146,7 +147,7 @@ class _BaseCounter:
         kind = part.get("type")
         if kind == "text":
             return self._count_value(part.get("text"))
-        if kind in ("image_url", "input_image", "image"):
+        if kind in IMAGE_PARTS:
             # Flat, whatever the `detail`: the per-message cache is keyed by the digest, which
             # (rightly) ignores `detail`, so the count must not depend on it either.
             return self.image_tokens

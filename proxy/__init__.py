@@ -13,7 +13,8 @@ import none of them. `tests/test_architecture.py` holds the subpackages to the `
 line of their docstrings, and fails on any import circle.
 """
 
+from proxy.config_file import load_settings
 from proxy.edge.app import create_app
-from proxy.settings import Settings, load_settings
+from proxy.settings import Settings
 
 __all__ = ["Settings", "create_app", "load_settings"]

@@ -4,9 +4,10 @@
     python scripts/config_reference.py --write   replace the block in README.md
     python scripts/config_reference.py --check   exit 1 when README.md's block is stale
 
-Keys and types come from the dataclasses in proxy/settings.py, descriptions from the docstring
-under each field, and defaults from what `parse_settings` actually produces for a minimal
-file (so the table cannot claim a default the loader does not apply). The built-in
+Keys and types come from the dataclasses in proxy/settings.py and proxy/prices.py,
+descriptions from the docstring under each field, and defaults from what `parse_settings`
+actually produces for a minimal file (so the table cannot claim a default the loader does not
+apply). The built-in
 compressor's options come from `compression.options.CompressorOptions`.
 """
 
@@ -25,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from compression.options import CompressorOptions
+from proxy import prices as prices_module
 from proxy import settings as settings_module
-from proxy.settings import Settings, UpstreamSettings, parse_settings
+from proxy.config_file import parse_settings
+from proxy.settings import Settings, UpstreamSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BEGIN = "<!-- config-reference -->"
@@ -127,7 +130,7 @@ def _cell(text: str) -> str:
 
 def sections(loaded: Settings) -> Iterator[Section]:
     """The tables, in the order of the fields of `Settings` (nested sections after their parent)."""
-    docs = field_docs(settings_module)
+    docs = field_docs(settings_module) | field_docs(prices_module)
     hints = typing.get_type_hints(Settings)
     for f in dataclasses.fields(Settings):
         hint, value = hints[f.name], getattr(loaded, f.name)
@@ -220,7 +223,7 @@ def options_table() -> list[str]:
 def render() -> str:
     """The Markdown between the markers (without them)."""
     loaded = parse_settings(_MINIMAL, {})
-    docs = field_docs(settings_module)
+    docs = field_docs(settings_module) | field_docs(prices_module)
     lines = [
         "<!-- Generated from proxy/settings.py and compression/options.py by "
         f"`{COMMAND}`; do not edit by hand. -->",

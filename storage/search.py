@@ -4,9 +4,10 @@ SQLite keeps an FTS5 table ranked by bm25, PostgreSQL a tsvector column under a 
 ranked by ts_rank. Either holds, per archived row (same id), the terms of `storage.terms` for
 the message as the model saw it: whole terms in one place, their parts in another that weighs
 less. Rows are indexed in the transaction that archives them and leave the index with them (a
-trigger on SQLite, a cascading key on PostgreSQL). A search ranks only the rows the index
-finds (one index for the database: every session's) and reads back `limit` of them, so its
-cost follows the matches, not the archive's size.
+trigger on SQLite, a cascading key on PostgreSQL). A search ranks only the newest
+`CANDIDATES` of the lineage's rows the index finds (one index for the database: every
+session's) and reads back `limit` of them, so what ranking costs stays flat as the archive
+grows, however common the query's words.
 """
 
 from __future__ import annotations
@@ -50,21 +51,39 @@ _POSTGRES_DDL = (
 Span = tuple[int, int | None]
 
 _COLUMNS = "a.position, a.message, a.checkpoint_id, a.archived_at"
-# CROSS JOIN keeps SQLite from walking the session's rows and probing the index with each.
+# A search ranks at most this many matches of the lineage, its newest (by archive row, so by
+# when they were archived): a query of common words matches a share of the whole archive, and
+# ranking every match grew with it. A few hundred covers what a conversation recalls (a
+# 1,000-message archive has a few dozen matches for three common words) and keeps the
+# ranking's cost flat; an older match shows up only when the query narrows it down.
+CANDIDATES = 500
+# FTS5 yields the matches newest first (ORDER BY rowid DESC, from the index) and the lineage's
+# filters apply to each before LIMIT counts it, so another session's newer matches are walked
+# past, never counted; bm25 is computed for the candidates only. CROSS JOIN keeps SQLite from
+# walking the session's rows and probing the index with each.
 _SQLITE_SEARCH = (
-    f"SELECT {_COLUMNS} FROM {TABLE} CROSS JOIN archived_messages AS a "
+    f"SELECT {_COLUMNS} FROM (SELECT a.id, a.position, bm25({TABLE}, 1.0, 0.4) AS rank "
+    f"FROM {TABLE} CROSS JOIN archived_messages AS a "
     f"WHERE {TABLE} MATCH :query AND a.id = {TABLE}.rowid AND {{spans}} AND {{newest}} "
-    f"ORDER BY bm25({TABLE}, 1.0, 0.4), a.position DESC LIMIT :limit"
+    f"ORDER BY {TABLE}.rowid DESC LIMIT :candidates) AS c "
+    "CROSS JOIN archived_messages AS a ON a.id = c.id "
+    "ORDER BY c.rank, c.position DESC LIMIT :limit"
 )
-# The GIN index first (MATERIALIZED), then each hit's row by its key (the LATERAL subquery,
-# which OFFSET 0 keeps whole): a planner that misjudges a fresh table's size would rather hash
-# every row of the session.
+# The GIN index first (MATERIALIZED: the ids of every match, in no order), newest first, each
+# match's row by its key (the LATERAL subquery, which OFFSET 0 keeps whole) until `candidates`
+# pass the lineage's filters; ts_rank for those only. The materialized CTE keeps a planner from
+# walking the primary key backwards and testing each row (slow when matches are rare), or
+# hashing every row of the session when it misjudges a fresh table's size.
 _POSTGRES_SEARCH = (
-    f"WITH s AS MATERIALIZED (SELECT id, ts_rank(terms, CAST(:query AS tsquery)) AS rank "
-    f"FROM {TABLE} WHERE terms @@ CAST(:query AS tsquery)) "
-    f"SELECT {_COLUMNS} FROM s CROSS JOIN LATERAL (SELECT {_COLUMNS} "
-    "FROM archived_messages AS a WHERE a.id = s.id AND {spans} AND {newest} OFFSET 0) AS a "
-    "ORDER BY s.rank DESC, a.position DESC LIMIT :limit"
+    f"WITH m AS MATERIALIZED (SELECT id FROM {TABLE} WHERE terms @@ CAST(:query AS tsquery)), "
+    "c AS MATERIALIZED (SELECT a.id, a.position FROM (SELECT id FROM m ORDER BY id DESC) AS m "
+    "CROSS JOIN LATERAL (SELECT a.id, a.position FROM archived_messages AS a "
+    "WHERE a.id = m.id AND {spans} AND {newest} OFFSET 0) AS a "
+    "ORDER BY m.id DESC LIMIT :candidates) "
+    f"SELECT {_COLUMNS} FROM c CROSS JOIN LATERAL (SELECT {_COLUMNS}, "
+    f"ts_rank(s.terms, CAST(:query AS tsquery)) AS rank FROM {TABLE} AS s "
+    "JOIN archived_messages AS a ON a.id = s.id WHERE s.id = c.id OFFSET 0) AS a "
+    "ORDER BY a.rank DESC, a.position DESC LIMIT :limit"
 )
 _INSERT = {
     "sqlite": f"INSERT INTO {TABLE} (rowid, whole, parts) VALUES (:id, :whole, :parts)",
@@ -110,37 +129,52 @@ async def index(conn: Executor, rows: Sequence[tuple[int, Message]]) -> None:
 
 
 async def search(
-    conn: Executor, spans: Sequence[Span], query: str, limit: int
+    conn: Executor,
+    spans: Sequence[Span],
+    query: str,
+    limit: int,
+    *,
+    candidates: int = CANDIDATES,
 ) -> list[ArchivedMessage]:
     """The archived messages of a lineage's `spans` that match `query` best, best first (a
     later position first among equals): those holding each of the query's words and
     identifiers (as terms of their own: see storage.terms); when none does, those holding
     any of them or all of one's parts, the more the better. The strict reading first keeps
-    an id's common parts (`res` of `RES-0042`) from ranking half the archive."""
+    an id's common parts (`res` of `RES-0042`) from ranking half the archive.
+
+    Only the newest `candidates` matches of the lineage (by when they were archived) are
+    ranked: over more, the best of those come back, not of every match. Another session's
+    matches never take a candidate's place, though the index walks past them."""
     groups = _groups(search_terms(query))
-    if not groups or not spans or limit <= 0:
+    if not groups or not spans or limit <= 0 or candidates <= 0:
         return []
     dialect = conn.dialect.name
     strict = _expression(dialect, groups, "AND", parts=False)
-    found = await _search(conn, spans, strict, limit)
+    found = await _search(conn, spans, strict, limit, candidates)
     loose = _expression(dialect, groups, "OR", parts=True)
     if found or loose == strict:
         return found
-    return await _search(conn, spans, loose, limit)
+    return await _search(conn, spans, loose, limit, candidates)
 
 
 async def _search(
-    conn: Executor, spans: Sequence[Span], expression: str, limit: int
+    conn: Executor, spans: Sequence[Span], expression: str, limit: int, candidates: int
 ) -> list[ArchivedMessage]:
-    sql = _SQLITE_SEARCH if conn.dialect.name == "sqlite" else _POSTGRES_SEARCH
+    statement = text(search_sql(conn.dialect.name, spans))
+    params = {"query": expression, "limit": limit, "candidates": candidates}
+    return [_archived(row) for row in await conn.execute(statement, params | _spans_params(spans))]
+
+
+def search_sql(dialect: str, spans: Sequence[Span]) -> str:
+    """The search statement for `spans` (parameters: query, limit, candidates and those of
+    `_spans_params`)."""
+    sql = _POSTGRES_SEARCH if dialect == "postgresql" else _SQLITE_SEARCH
     # Only the newest copy of a position is found: a client may have changed what it resent.
     newest = (
         "NOT EXISTS (SELECT 1 FROM archived_messages AS b WHERE b.position = a.position "
         f"AND b.id > a.id AND {_spans_sql('b', spans)})"
     )
-    statement = text(sql.format(spans=_spans_sql("a", spans), newest=newest))
-    params = {"query": expression, "limit": limit, **_spans_params(spans)}
-    return [_archived(row) for row in await conn.execute(statement, params)]
+    return sql.format(spans=_spans_sql("a", spans), newest=newest)
 
 
 async def fetch(

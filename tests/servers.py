@@ -11,8 +11,9 @@ from typing import Any, Self
 
 import uvicorn
 
+from proxy.config_file import parse_settings
 from proxy.edge.app import create_app
-from proxy.settings import Settings, parse_settings
+from proxy.settings import Settings
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.settings import load_settings
+from proxy.config_file import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"

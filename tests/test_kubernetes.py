@@ -21,8 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from proxy.config_file import parse_settings
 from proxy.edge.routes import router
-from proxy.settings import parse_settings
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from bench.evaluation.runner import EvalResults
 from bench.evaluation.tables import share, table
 from proxy.ledger.tiers import Split, cost
-from proxy.settings import DEFAULT_PRICES, Price
+from proxy.prices import DEFAULT_PRICES, Price
 
 
 def _price(model: str) -> Price:

@@ -181,7 +181,13 @@ class Gateway:
             background=BackgroundTask(self._answered, measured, first, recall, content),
         )
 
+    def _settle_bodies(self) -> None:
+        """Keep the bodies parsed for requests now answered (see GrownBodies)."""
+        for earlier in self._earlier.values():
+            earlier.settle()
+
     async def _answered(self, turn: Turn, answer: bytes, recall: Recalled, shown: bytes) -> None:
+        self._settle_bodies()
         usage = turn.door.usage(answer)
         await self._finish(turn, usage)
         await self.recaller.record(turn, recall.turn, recall.hidden, recall.seconds)
@@ -327,6 +333,7 @@ class Gateway:
             # the cleanup really closes the upstream connection (which cancels the generation).
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
+                self._settle_bodies()
                 if completed and relay.watch.failed is None:
                     self.conversations.after_response(measured.turn, measured.watch.usage)
                 self.metrics.finished(200 if relay.watch.failed is None else 502)

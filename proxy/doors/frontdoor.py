@@ -43,7 +43,9 @@ class WireRequest:
     tools: list[ToolSchema] | None  # tool schemas in chat shape, for token counting only
     session_hint: str | None = None  # a session id the body carries (headers come first)
     passthrough: str | None = None  # why the request is forwarded untouched, when it is
-    image_marks: int | None = None  # how often IMAGE_MARK occurs in `raw`, when known unscanned
+    # No fewer than the image parts in `raw` (how often IMAGE_MARK occurs, or the parts
+    # counted as the messages were checked), when known without a scan of `raw`.
+    image_marks: int | None = None
 
 
 # An image part's key in the Chat and Responses shapes: a short URL can cost hundreds of

@@ -18,13 +18,17 @@ parse. Kept parsed values are shared with
 later requests, so nothing may change a parsed request in place (no message transform in
 ctxgate does; each returns new values); so are what doors keep with them (`derived`).
 
-A `mark` given at construction is counted in every kept body once, and in a grown body only
-where it is new: what a byte scan of the whole body would find, without the scan.
+A `mark` given at construction is counted in every kept body once (unless the caller counted
+what it stands for, say image parts, as it checked the body), and in a grown body only where it
+is new: never fewer than what it stands for, never more than a byte scan of the whole body
+would find, without the scan.
 
-Keeping is deferred to the event loop's next turn: finding where a body's array ends, counting
-its marks and freeing the bodies it pushes out of the budget then overlap the upstream's work
-on the request instead of preceding it. `find` settles whatever is still pending first, so a
-body is found the same either way.
+Keeping is deferred until whoever serves the request calls `settle`, once the client has its
+answer: finding where a body's array ends, counting its marks and freeing the bodies it pushes
+out of the budget then cost the client nothing. Not on the event loop's next turn: the loop
+writes a large body upstream as the socket drains, and a keep run in between holds it up.
+`find` settles whatever is still pending first, so a body is found the same
+either way; past `MOST_PENDING` keeps, or with no event loop, they are done at once.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ KEY_BYTES = 512  # conversations are told apart by their opening bytes...
 PER_KEY = 4  # ...and several may share an opening (one agent, one system prompt)
 FOREIGN_KEYS = 4096
 FOREIGN_SKIPS = 16  # bodies of an opening another writer wrote, left alone before a retry
+MOST_PENDING = 64  # keeps waiting for `settle`; more (answers that never came) are done now
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +121,17 @@ class GrownBodies:
                 return Grown(body, len(kept.body[self.array]), end, kept, marks)
         return None
 
-    def keep(self, raw: bytes, body: dict[str, Any], derived: Any = None) -> None:
-        """Keep a fully parsed and checked body for the requests that will grow out of it."""
+    def keep(
+        self, raw: bytes, body: dict[str, Any], derived: Any = None, marks: int | None = None
+    ) -> None:
+        """Keep a fully parsed and checked body for the requests that will grow out of it.
+
+        `marks`, when the caller counted what the mark stands for as it checked the body
+        (never fewer than there are), is kept instead of a scan of `raw` for the mark."""
         entries = body.get(self.array)
         if len(raw) < self._smallest or not isinstance(entries, list) or not entries:
             return
-        self._later(partial(self._keep, raw, body, derived))
+        self._later(partial(self._keep, raw, body, derived, marks))
 
     def keep_grown(self, raw: bytes, grown: Grown, derived: Any = None) -> None:
         """Keep a grown body, once its added entries passed their checks, in place of the
@@ -143,16 +153,16 @@ class GrownBodies:
     def _later(self, keep: Callable[[], None]) -> None:
         with self._lock:
             self._pending.append(keep)
-            first = len(self._pending) == 1
+            waiting = len(self._pending)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop here (offline tools): now
             self.settle()
             return
-        if first:
+        if waiting == MOST_PENDING:
             loop.call_soon(self.settle)
 
-    def _keep(self, raw: bytes, body: dict[str, Any], derived: Any) -> None:
+    def _keep(self, raw: bytes, body: dict[str, Any], derived: Any, marks: int | None) -> None:
         key = raw[:KEY_BYTES]
         with self._lock:
             skips = self._foreign.pop(key, 0)
@@ -166,7 +176,10 @@ class GrownBodies:
                 if len(self._foreign) > FOREIGN_KEYS:
                     self._foreign.popitem(last=False)
         elif end >= KEY_BYTES:  # else the opening holds bytes that will change
-            marks = None if self.mark is None else raw.count(self.mark)
+            if self.mark is None:
+                marks = None
+            elif marks is None:
+                marks = raw.count(self.mark)
             self._store(key, _Kept(raw, body, end, derived, marks), replacing=None)
 
     def _store(self, key: bytes, kept: _Kept, replacing: _Kept | None) -> None:

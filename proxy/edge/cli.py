@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from proxy.settings import SettingsError, load_settings
+from proxy.config_file import SettingsError, load_settings
 
 log = logging.getLogger("ctxgate")
 
@@ -17,9 +17,9 @@ log = logging.getLogger("ctxgate")
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from proxy.config_file import worker_count
     from proxy.edge.app import create_app
     from proxy.edge.logs import configure_logging
-    from proxy.settings import worker_count
 
     settings = load_settings(args.config)
     configure_logging(settings.logging.level, settings.logging.json)

@@ -8,5 +8,5 @@ calls, recall rounds, shadow calls). `actions.py` reads and compares the next ac
 answer (pure); `shadow.py` runs the shadow checks that send a compressed request's
 uncompressed history again, in the background, and records whether the action changed.
 
-May import: proxy.doors, proxy.provider, proxy.settings, proxy.errors.
+May import: proxy.doors, proxy.provider, proxy.settings, proxy.prices, proxy.errors.
 """

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from proxy.ledger.tiers import Split, cost
-from proxy.settings import Price
+from proxy.prices import Price
 from storage.savings import ChargeGroup, ChargeRow
 
 PriceFor = Callable[[str], Price | None]

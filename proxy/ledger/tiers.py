@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.doors.frontdoor import Usage
-from proxy.settings import Price
+from proxy.prices import Price
 
 PER = 1_000_000  # prices are per million tokens
 

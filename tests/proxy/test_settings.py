@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.settings import SettingsError, load_settings, parse_settings
+from proxy.config_file import SettingsError, load_settings, parse_settings
 
 BASE = {
     "upstreams": {"openai": {"base_url": "https://api.example.com/v1/", "api_key": "${KEY}"}},

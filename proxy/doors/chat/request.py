@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from compression.tokens import IMAGE_PARTS
 from compression.types import Message, ToolSchema
 from proxy.doors.bodies import json_object, json_type, missing_or_type, required_model
 from proxy.doors.frontdoor import WireRequest
@@ -38,12 +39,12 @@ def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRe
             missing_or_type("messages", messages, "a non-empty array"), param="messages"
         )
     known = 0 if grown is None else grown.known
-    _check_messages(messages[known:] if known else messages, known)
-    marks = grown.marks if grown is not None else None
+    images = _check_messages(messages[known:] if known else messages, known)
+    marks = grown.marks if grown is not None else images
     request = _wire_request(raw, body, model, messages, marks)
     if earlier is not None:
         if grown is None:
-            earlier.keep(raw, body)
+            earlier.keep(raw, body, marks=images)
         else:
             earlier.keep_grown(raw, grown)
     return request
@@ -94,11 +95,14 @@ def _check_message(index: int, message: Any) -> None:
     _check_messages([message], index)
 
 
-def _check_messages(messages: list[Any], start: int = 0) -> None:
+def _check_messages(messages: list[Any], start: int = 0) -> int:
+    """Check `messages`; return how many image parts they hold (what `upper_bound` adds for,
+    found here without scanning the body's bytes for them)."""
     # Runs over every message of every request: one loop without a call per message, whose
     # common valid shapes pass after a few type checks (a 600-message history in ~50 µs);
     # anything else is looked at again by `_check_message_fully`, which words the error.
     roles = _ROLES
+    images = 0
     for index, message in enumerate(messages, start):
         if type(message) is dict:
             role = message.get("role")
@@ -113,11 +117,14 @@ def _check_messages(messages: list[Any], start: int = 0) -> None:
                 if tool_calls is None or _plain_tool_calls(tool_calls):
                     continue
             _check_message_fully(f"messages[{index}]", message, role, content)
+            if type(content) is list:
+                images += sum(part.get("type") in IMAGE_PARTS for part in content)
         else:
             raise BadRequest(
                 f"'messages[{index}]' must be an object, got {json_type(message)}.",
                 param=f"messages[{index}]",
             )
+    return images
 
 
 def _plain_tool_calls(tool_calls: Any) -> bool:

@@ -22,10 +22,11 @@ from typing import Any
 
 import uvicorn
 
+from proxy.config_file import parse_settings
 from proxy.edge.app import CtxgateApp, create_app
 from proxy.edge.logs import PlainFormatter, log_through
 from proxy.edge.services import Services
-from proxy.settings import APIS, Settings, parse_settings
+from proxy.settings import APIS, Settings
 
 OPENAI_DEFAULT = "https://api.openai.com/v1"
 ANTHROPIC_DEFAULT = "https://api.anthropic.com"

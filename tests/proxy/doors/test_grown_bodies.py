@@ -87,6 +87,15 @@ pictured = st.builds(
 )
 
 
+def image_parts(history: list[Any]) -> int:
+    return sum(
+        p["type"] == "image_url"
+        for m in history
+        if isinstance(m["content"], list)
+        for p in m["content"]
+    )
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     history=st.lists(messages | pictured, min_size=1, max_size=4),
@@ -95,15 +104,18 @@ pictured = st.builds(
 def test_a_grown_body_knows_its_image_marks_without_a_scan(
     history: list[Any], turns: list[list[Any]]
 ) -> None:
-    # The bound on a request's tokens adds a flat cost per image mark; a grown body's count
-    # comes from the body it grew out of plus what was added, and must equal a full scan.
+    # The bound on a request's tokens adds a flat cost per image mark; a body parsed whole
+    # counts its image parts as its messages are checked, and a grown body's count comes
+    # from the body it grew out of plus the marks in what was added: never fewer than its
+    # image parts, never more than a full scan finds.
     cache = GrownBodies("messages", smallest_bytes=0, mark=IMAGE_MARK)
     first = body({}, history, {})
-    assert parse_chat_request(first, cache).image_marks is None  # scanned where it is used
+    assert parse_chat_request(first, cache).image_marks == image_parts(history)
     for added in [*turns, []]:  # the last body comes again unchanged, as a retry does
         history = history + added
         raw = body({}, history, {})
-        assert parse_chat_request(raw, cache).image_marks == raw.count(IMAGE_MARK)
+        marks = parse_chat_request(raw, cache).image_marks
+        assert marks is not None and image_parts(history) <= marks <= raw.count(IMAGE_MARK)
     pictures = [{"type": "input_image", "image_url": "https://x/a.png"}]
     items = [RULES, {"type": "message", "role": "user", "content": pictures}]
     responses = GrownBodies("input", smallest_bytes=0, mark=IMAGE_MARK)

@@ -11,7 +11,7 @@ import openai
 import orjson
 import pytest
 
-from proxy.settings import parse_settings
+from proxy.config_file import parse_settings
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Disconnect, ModelSpec, Reply, Simulator
 

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from proxy.settings import parse_settings
+from proxy.config_file import parse_settings
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from proxy.settings import Settings, parse_settings
+from proxy.config_file import parse_settings
+from proxy.settings import Settings
 from tests.proxy.responses_agent import INSTRUCTIONS, ResponsesAgent
 from tests.servers import ProxyServer
 from tests.simulator import ModelSpec, Simulator

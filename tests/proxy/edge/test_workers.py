@@ -27,8 +27,8 @@ import pytest
 import yaml
 
 from compression import check_invariants
+from proxy.config_file import SettingsError, parse_settings, worker_count
 from proxy.edge.cli import main
-from proxy.settings import SettingsError, parse_settings, worker_count
 from tests.servers import free_port
 from tests.simulator import Hang, ModelSpec, Reply, Simulator
 from tests.test_crash import check_consistent, query

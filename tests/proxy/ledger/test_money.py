@@ -13,12 +13,14 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.config_file import parse_settings
 from proxy.doors.chat.door import ChatDoor
 from proxy.doors.frontdoor import Usage
 from proxy.ledger.book import Ledger
 from proxy.ledger.savings import savings_json
 from proxy.ledger.tiers import Split, cost, full_history_split, split_of
-from proxy.settings import Price, Settings, parse_settings
+from proxy.prices import Price
+from proxy.settings import Settings
 from storage import SessionKey, SessionStore
 
 SK = SessionKey("scope", "session")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.config_file import SettingsError, parse_settings
 from proxy.provider.headers import bearer_token, upstream_request_headers
-from proxy.settings import SettingsError, UpstreamSettings, parse_settings
+from proxy.settings import UpstreamSettings
 
 
 def _upstream(**fields: object) -> UpstreamSettings:
