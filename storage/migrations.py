@@ -125,3 +125,10 @@ def retention(conn: Connection) -> None:
         ("ix_events_checkpoint", "events"),
     ):
         conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON {table} (checkpoint_id)"))
+
+
+@migration
+def archive_search_buckets(conn: Connection) -> None:
+    """PostgreSQL's search index holds each row's bucket of ids, so a search reads the newest
+    matches first (SQLite's index is ordered already)."""
+    search.add_buckets(conn)

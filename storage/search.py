@@ -45,6 +45,8 @@ _POSTGRES_DDL = (
     # search reads through until a vacuum merges it (searches grew with recent writes).
     f"CREATE INDEX IF NOT EXISTS ix_{TABLE}_terms ON {TABLE} USING gin (terms) "
     "WITH (fastupdate = off)",
+    # A lineage's newest row, where a search's windows start (see _POSTGRES_SEARCH).
+    "CREATE INDEX IF NOT EXISTS ix_archive_session_newest ON archived_messages (session_id, id)",
 )
 
 # (archived_messages.session_id, client positions below which its rows count; None: all)
@@ -53,10 +55,12 @@ Span = tuple[int, int | None]
 _COLUMNS = "a.position, a.message, a.checkpoint_id, a.archived_at"
 # A search ranks at most this many matches of the lineage, its newest (by archive row, so by
 # when they were archived): a query of common words matches a share of the whole archive, and
-# ranking every match grew with it. A few hundred covers what a conversation recalls (a
-# 1,000-message archive has a few dozen matches for three common words) and keeps the
-# ranking's cost flat; an older match shows up only when the query narrows it down.
-CANDIDATES = 500
+# ranking every match grew with it. A hundred covers what a conversation recalls (a
+# 1,000-message archive has a few dozen matches for three common words) and keeps the cost
+# flat: PostgreSQL reads each candidate's row to check and rank it (500 cost it 3.4x at
+# 100,000 messages against 1,000, 100 cost 1.9x); an older match shows up only when the query
+# narrows it down.
+CANDIDATES = 100
 # FTS5 yields the matches newest first (ORDER BY rowid DESC, from the index) and the lineage's
 # filters apply to each before LIMIT counts it, so another session's newer matches are walked
 # past, never counted; bm25 is computed for the candidates only. CROSS JOIN keeps SQLite from
@@ -69,25 +73,63 @@ _SQLITE_SEARCH = (
     "CROSS JOIN archived_messages AS a ON a.id = c.id "
     "ORDER BY c.rank, c.position DESC LIMIT :limit"
 )
-# The GIN index first (MATERIALIZED: the ids of every match, in no order), newest first, each
-# match's row by its key (the LATERAL subquery, which OFFSET 0 keeps whole) until `candidates`
-# pass the lineage's filters; ts_rank for those only. The materialized CTE keeps a planner from
-# walking the primary key backwards and testing each row (slow when matches are rare), or
-# hashing every row of the session when it misjudges a fresh table's size.
+# PostgreSQL's GIN index yields matches in no order, so each row's terms also hold a bucket
+# of its id (`~b` and id // BUCKET: no query's term, as `storage.terms` starts every term with
+# a letter or digit), and a search asks the index for the query's matches within the newest
+# buckets first, the window growing fourfold from the lineage's newest row (its id by the index on
+# session and id) until `candidates` pass the lineage's filters or every bucket is covered.
+# GIN intersects the buckets' posting lists with the query's without the heap: rows are read
+# for the matches in the windows only. Past MAX_WINDOW buckets the rest goes at once as the
+# plain query (a window ORing thousands of buckets costs GIN more than the rows it spares).
+BUCKET = 1024
+MAX_WINDOW = 64
+_BUCKET_TERM = "array_to_tsvector(ARRAY['~b' || ({id}) / " + str(BUCKET) + "])"
+_LOW = "CASE WHEN w.k > :max_window THEN 0 ELSE GREATEST(w.hi - w.k + 1, 0) END"
+_WINDOW_QUERY = (
+    "terms @@ CAST(:query AS tsquery) AND terms @@ "
+    "CASE WHEN w.k > :max_window THEN CAST(:query AS tsquery) "
+    "ELSE (SELECT CAST(string_agg(quote_literal('~b' || g), ' | ') "
+    f"AS tsquery) FROM generate_series({_LOW}, w.hi) AS g) END"
+)
+# Fewer than FEW matches in the whole index (an id, a rare word, words seldom together): one
+# plain search, no windows. GIN finds those at once, and even a bucket that holds none of them
+# costs each window a look.
+FEW = 32
+_FEW = (
+    f"(SELECT count(*) FROM (SELECT 1 FROM {TABLE} WHERE terms @@ CAST(:query AS tsquery) "
+    f"LIMIT {FEW}) AS f) < {FEW}"
+)
+# OFFSET 0 keeps each subquery whole: the id bounds are checked on the index's matches, never
+# by walking the primary key and testing each row (slow when matches are rare); the lineage's
+# filters per match by its key, as a planner misjudging a fresh table would hash the session.
 _POSTGRES_SEARCH = (
-    f"WITH m AS MATERIALIZED (SELECT id FROM {TABLE} WHERE terms @@ CAST(:query AS tsquery)), "
-    "c AS MATERIALIZED (SELECT a.id, a.position FROM (SELECT id FROM m ORDER BY id DESC) AS m "
-    "CROSS JOIN LATERAL (SELECT a.id, a.position FROM archived_messages AS a "
+    "WITH RECURSIVE w(k, hi, ids) AS ("
+    f"SELECT CASE WHEN {_FEW} THEN :max_window + 1 ELSE 1 END, {{top}} / {BUCKET}, "
+    "CAST(ARRAY[] AS integer[]) "
+    f"UNION ALL SELECT w.k * 4, {_LOW} - 1, w.ids || ARRAY("
+    f"SELECT m.id FROM (SELECT id FROM {TABLE} WHERE {_WINDOW_QUERY} "
+    f"AND id + 0 >= {_LOW} * {BUCKET} AND id + 0 < (w.hi + 1) * {BUCKET} "
+    "ORDER BY id DESC OFFSET 0) "
+    "AS m CROSS JOIN LATERAL (SELECT 1 FROM archived_messages AS a "
     "WHERE a.id = m.id AND {spans} AND {newest} OFFSET 0) AS a "
-    "ORDER BY m.id DESC LIMIT :candidates) "
-    f"SELECT {_COLUMNS} FROM c CROSS JOIN LATERAL (SELECT {_COLUMNS}, "
-    f"ts_rank(s.terms, CAST(:query AS tsquery)) AS rank FROM {TABLE} AS s "
-    "JOIN archived_messages AS a ON a.id = s.id WHERE s.id = c.id OFFSET 0) AS a "
-    "ORDER BY a.rank DESC, a.position DESC LIMIT :limit"
+    "ORDER BY m.id DESC LIMIT :candidates - cardinality(w.ids)) "
+    "FROM w WHERE w.hi >= 0 AND cardinality(w.ids) < :candidates), "
+    "c AS MATERIALIZED (SELECT id FROM unnest((SELECT ids FROM w ORDER BY k DESC LIMIT 1)) "
+    "AS id ORDER BY id DESC LIMIT :candidates), "
+    "r AS MATERIALIZED (SELECT r.id, r.rank, r.position FROM c CROSS JOIN LATERAL (SELECT a.id, "
+    f"a.position, ts_rank(s.terms, CAST(:query AS tsquery)) AS rank FROM {TABLE} AS s "
+    "JOIN archived_messages AS a ON a.id = s.id WHERE s.id = c.id OFFSET 0) AS r "
+    "ORDER BY r.rank DESC, r.position DESC LIMIT :limit) "
+    # The messages of the `limit` best only.
+    f"SELECT {_COLUMNS} FROM r CROSS JOIN LATERAL (SELECT {_COLUMNS} "
+    "FROM archived_messages AS a WHERE a.id = r.id OFFSET 0) AS a "
+    "ORDER BY r.rank DESC, r.position DESC"
 )
 _INSERT = {
     "sqlite": f"INSERT INTO {TABLE} (rowid, whole, parts) VALUES (:id, :whole, :parts)",
-    "postgresql": f"INSERT INTO {TABLE} (id, terms) VALUES (:id, CAST(:terms AS tsvector))",
+    "postgresql": f"INSERT INTO {TABLE} (id, terms) VALUES (:id, CAST(:terms AS tsvector) || "
+    + _BUCKET_TERM.format(id="CAST(:id AS integer)")
+    + ")",
 }
 
 
@@ -102,6 +144,13 @@ def create(conn: Connection) -> None:
 def _created(_table: Any, conn: Connection, **_kw: Any) -> None:
     # A fresh database records every migration as applied: the index comes with the archive.
     create(conn)
+
+
+def add_buckets(conn: Connection) -> None:
+    """Give each PostgreSQL row its bucket term (see _POSTGRES_SEARCH; a migration step)."""
+    if conn.dialect.name == "postgresql":
+        create(conn)
+        conn.execute(text(f"UPDATE {TABLE} SET terms = terms || " + _BUCKET_TERM.format(id="id")))
 
 
 def rebuild(conn: Connection) -> None:
@@ -135,6 +184,7 @@ async def search(
     limit: int,
     *,
     candidates: int = CANDIDATES,
+    max_window: int = MAX_WINDOW,
 ) -> list[ArchivedMessage]:
     """The archived messages of a lineage's `spans` that match `query` best, best first (a
     later position first among equals): those holding each of the query's words and
@@ -144,37 +194,47 @@ async def search(
 
     Only the newest `candidates` matches of the lineage (by when they were archived) are
     ranked: over more, the best of those come back, not of every match. Another session's
-    matches never take a candidate's place, though the index walks past them."""
+    matches never take a candidate's place, though the index walks past them. `max_window`:
+    PostgreSQL's widest window of buckets before the rest is searched at once."""
     groups = _groups(search_terms(query))
     if not groups or not spans or limit <= 0 or candidates <= 0:
         return []
     dialect = conn.dialect.name
     strict = _expression(dialect, groups, "AND", parts=False)
-    found = await _search(conn, spans, strict, limit, candidates)
+    bounds = {"limit": limit, "candidates": candidates, "max_window": max_window}
+    found = await _search(conn, spans, strict, bounds)
     loose = _expression(dialect, groups, "OR", parts=True)
     if found or loose == strict:
         return found
-    return await _search(conn, spans, loose, limit, candidates)
+    return await _search(conn, spans, loose, bounds)
 
 
 async def _search(
-    conn: Executor, spans: Sequence[Span], expression: str, limit: int, candidates: int
+    conn: Executor, spans: Sequence[Span], expression: str, bounds: dict[str, int]
 ) -> list[ArchivedMessage]:
     statement = text(search_sql(conn.dialect.name, spans))
-    params = {"query": expression, "limit": limit, "candidates": candidates}
+    params: dict[str, Any] = {"query": expression, **bounds}
+    if conn.dialect.name != "postgresql":
+        del params["max_window"]
     return [_archived(row) for row in await conn.execute(statement, params | _spans_params(spans))]
 
 
 def search_sql(dialect: str, spans: Sequence[Span]) -> str:
-    """The search statement for `spans` (parameters: query, limit, candidates and those of
-    `_spans_params`)."""
+    """The search statement for `spans` (parameters: query, limit, candidates, on PostgreSQL
+    max_window, and those of `_spans_params`)."""
     sql = _POSTGRES_SEARCH if dialect == "postgresql" else _SQLITE_SEARCH
     # Only the newest copy of a position is found: a client may have changed what it resent.
     newest = (
         "NOT EXISTS (SELECT 1 FROM archived_messages AS b WHERE b.position = a.position "
         f"AND b.id > a.id AND {_spans_sql('b', spans)})"
     )
-    return sql.format(spans=_spans_sql("a", spans), newest=newest)
+    newest_rows = ", ".join(
+        f"(SELECT max(id) FROM archived_messages WHERE session_id = :span{i})"
+        for i in range(len(spans))
+    )
+    # GREATEST skips NULLs: a span's session may have archived nothing.
+    top = f"GREATEST({newest_rows})"
+    return sql.format(spans=_spans_sql("a", spans), newest=newest, top=top)
 
 
 async def fetch(
@@ -240,7 +300,7 @@ def _index_rows(dialect: str, rows: Sequence[tuple[int, Message]]) -> list[dict[
     for row_id, message in rows:
         terms = search_terms(message_text(message) if isinstance(message, dict) else "")
         if dialect == "postgresql":
-            out.append({"id": row_id, "terms": _tsvector(terms)})
+            out.append({"id": row_id, "terms": _tsvector(terms)})  # the bucket: _INSERT
         else:
             out.append(
                 {"id": row_id, "whole": " ".join(terms.whole), "parts": " ".join(terms.parts)}
