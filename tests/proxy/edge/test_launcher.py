@@ -307,6 +307,10 @@ def test_the_agent_runs_through_an_embedded_ctxgate(tmp_path: Path) -> None:
     assert lines[-1].startswith(f"sessions: {db}; log: ")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_sent_to_ctxgate_reaches_the_agent(tmp_path: Path, signum: int) -> None:
     """No terminal here: a signal sent to ctxgate alone is passed on, and the agent's death by
@@ -322,6 +326,9 @@ def test_a_signal_sent_to_ctxgate_reaches_the_agent(tmp_path: Path, signum: int)
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,  # away from pytest's terminal
+            # As from a terminal: a suite started in the background (`pytest &`) inherits
+            # SIGINT ignored, and so would ctxgate and the agent, rightly.
+            preexec_fn=_default_sigint,
         )
         deadline = time.monotonic() + 60
         while not ready.exists():
