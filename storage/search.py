@@ -333,8 +333,8 @@ def _groups(terms: Terms) -> list[Identifier]:
 def _expression(
     dialect: str, groups: Sequence[Identifier], conjunction: str, *, parts: bool
 ) -> str:
-    """FTS5's MATCH text or a tsquery: each identifier (with `parts`: or all its parts;
-    without a whole, always its parts), the identifiers joined by `conjunction`."""
+    """FTS5's MATCH text or a tsquery: each identifier (with `parts`: or all its segments and
+    words; without a whole, always all its parts), the identifiers joined by `conjunction`."""
     postgres = dialect == "postgresql"
     quoted = _quoted if postgres else _phrase
     ops = {"AND": " & ", "OR": " | "} if postgres else {"AND": " AND ", "OR": " OR "}
@@ -342,7 +342,10 @@ def _expression(
     for group in groups:
         options = [quoted(group.whole)] if group.whole is not None else []
         if group.parts and (parts or not options):
-            options.append("(" + ops["AND"].join(quoted(p) for p in group.parts) + ")")
+            # Read loosely, an identifier is also found inside a longer one, which holds its
+            # segments and words but not what it ends with (`7.html` of `sect_7.html`).
+            pieces = group.atoms if parts and group.atoms else group.parts
+            options.append("(" + ops["AND"].join(quoted(p) for p in pieces) + ")")
         found.append(options[0] if len(options) == 1 else "(" + ops["OR"].join(options) + ")")
     return ops[conjunction].join(found)
 

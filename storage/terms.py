@@ -36,10 +36,13 @@ STOP_WORDS = frozenset(
 @dataclass(frozen=True, slots=True)
 class Identifier:
     """One word or identifier of a text: itself (None when too long or too common to search
-    by) and its parts (none for a plain word)."""
+    by) and its parts (none for a plain word). `atoms`: the parts that are its segments and
+    words, which a longer identifier holding it holds too (`part03/sect_c.7.html` inside
+    `part03/sect_c.7.html#table_1` shares `part03` and `html`, not the suffix `7.html`)."""
 
     whole: str | None
     parts: tuple[str, ...]
+    atoms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,23 +74,28 @@ def search_terms(text: str) -> Terms:
     found: list[Identifier] = []
     for match in _IDENTIFIER.finditer(text.lower()):
         identifier = match.group()
-        parts = tuple(p for p in _pieces(identifier) if p != identifier and _kept(p))
+        segments, ends, words = _pieces(identifier)
+        parts = _others(identifier, [*segments, *ends, *words])
         whole = identifier if _kept(identifier) else None
         if whole is not None or parts:
-            found.append(Identifier(whole, parts))
+            found.append(Identifier(whole, parts, _others(identifier, [*segments, *words])))
     return Terms(tuple(found))
 
 
-def _pieces(identifier: str) -> list[str]:
-    """The identifier's segments (when it has more than one), what it starts and ends with
-    up to a separator (`src/app`, `app/config.py`, `config.py`) and its words, each once."""
+def _pieces(identifier: str) -> tuple[list[str], list[str], list[str]]:
+    """The identifier's segments (when it has more than one), what it ends and starts with up
+    to a separator (`app/config.py`, `config.py`, `src/app`), and its words."""
     segments = [s.strip(_INNER) for s in _SEGMENT_SEPARATORS.split(identifier)]
     segments = [s for s in segments if s] if len(segments) > 1 else []
     cuts = list(_SEPARATOR_RUN.finditer(identifier))
     prefixes = [identifier[: c.start()] for c in cuts[:_MAX_PREFIXES]]
     suffixes = [identifier[c.end() :] for c in cuts[-_MAX_SUFFIXES:]]
-    words = _WORD.findall(identifier)
-    return list(dict.fromkeys([*segments, *suffixes, *prefixes, *words]))
+    return segments, [*suffixes, *prefixes], _WORD.findall(identifier)
+
+
+def _others(identifier: str, pieces: list[str]) -> tuple[str, ...]:
+    """`pieces` each once, without the identifier itself or what is not searched by."""
+    return tuple(p for p in dict.fromkeys(pieces) if p != identifier and _kept(p))
 
 
 def _kept(term: str) -> bool:

@@ -74,6 +74,17 @@ async def test_identifiers_are_found_with_punctuation_around_them(store: Session
     assert (await positions(store, "LG-31."))[0] == 7  # so do text parts
 
 
+async def test_an_identifier_inside_a_longer_one_is_found(store: SessionStore) -> None:
+    """Its whole is no term of the longer one, nor is what it ends with (`3.html`); its
+    segments and words are, and the second, looser reading asks for those."""
+    link = "See https://dicom.example/chtml/part03/sect_C.7.6.3.html#table_C.7-11c first."
+    said = [*FILLER, {"role": "user", "content": link}, *FILLER]
+    await store.commit_compression(commit(SK, DIGESTS, 12, archived=archive_of(said)))
+    assert await positions(store, "part03/sect_C.7.6.3.html:") == [3]
+    assert await positions(store, "sect_C.7.6.3.html.") == [3]
+    assert await positions(store, "part03/sect_C.7.6.4.html") == []
+
+
 async def test_more_of_the_query_ranks_first_and_nothing_matches_nothing(
     store: SessionStore,
 ) -> None:
@@ -249,6 +260,13 @@ def test_examples() -> None:
     assert set(terms.parts) >= {"app/config.py", "src/app", "2024-0042", "res-2024"}
     assert search_terms("ID-7:").distinct() == ("id-7", "7", "id")
     assert search_terms("snake_case_name").parts == ("snake", "case", "name")
+
+
+def test_the_atoms_are_the_segments_and_words_only() -> None:
+    (found,) = search_terms("part03/sect_C.7.6.3.html:").identifiers
+    assert found.atoms == ("part03", "sect_c.7.6.3.html", "sect", "7", "6", "3", "html")
+    assert {"3.html", "part03/sect_c.7"} <= set(found.parts) - set(found.atoms)
+    assert search_terms("plain").identifiers[0].atoms == ()
 
 
 @given(before, identifier, after)
