@@ -81,6 +81,9 @@ _SQLITE_SEARCH = (
 # GIN intersects the buckets' posting lists with the query's without the heap: rows are read
 # for the matches in the windows only. Past MAX_WINDOW buckets the rest goes at once as the
 # plain query (a window ORing thousands of buckets costs GIN more than the rows it spares).
+# A row indexed without its bucket (by a ctxgate older than the buckets, still writing beside
+# a newer one in a rolling upgrade, after the migration gave the rows then present theirs) is
+# in no window: found only by a query with fewer than FEW matches or past MAX_WINDOW buckets.
 BUCKET = 1024
 MAX_WINDOW = 64
 _BUCKET_TERM = "array_to_tsvector(ARRAY['~b' || ({id}) / " + str(BUCKET) + "])"

@@ -36,9 +36,10 @@ STOP_WORDS = frozenset(
 @dataclass(frozen=True, slots=True)
 class Identifier:
     """One word or identifier of a text: itself (None when too long or too common to search
-    by) and its parts (none for a plain word). `atoms`: the parts that are its segments and
-    words, which a longer identifier holding it holds too (`part03/sect_c.7.html` inside
-    `part03/sect_c.7.html#table_1` shares `part03` and `html`, not the suffix `7.html`)."""
+    by) and its parts (none for a plain word). `atoms`: the parts that a longer identifier
+    holding it between punctuation holds too, its inner segments and its words
+    (`part03/sect_c.7` inside `doc/part03/sect_c.7.html#t1` shares `part03`, `sect` and `7`,
+    not the suffix `c.7` nor the segment `sect_c.7`: a first or last segment may be cut)."""
 
     whole: str | None
     parts: tuple[str, ...]
@@ -78,7 +79,8 @@ def search_terms(text: str) -> Terms:
         parts = _others(identifier, [*segments, *ends, *words])
         whole = identifier if _kept(identifier) else None
         if whole is not None or parts:
-            found.append(Identifier(whole, parts, _others(identifier, [*segments, *words])))
+            atoms = _others(identifier, [*segments[1:-1], *words])
+            found.append(Identifier(whole, parts, atoms))
     return Terms(tuple(found))
 
 

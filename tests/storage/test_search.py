@@ -81,8 +81,18 @@ async def test_an_identifier_inside_a_longer_one_is_found(store: SessionStore) -
     said = [*FILLER, {"role": "user", "content": link}, *FILLER]
     await store.commit_compression(commit(SK, DIGESTS, 12, archived=archive_of(said)))
     assert await positions(store, "part03/sect_C.7.6.3.html:") == [3]
-    assert await positions(store, "sect_C.7.6.3.html.") == [3]
     assert await positions(store, "part03/sect_C.7.6.4.html") == []
+    # Cut inside the longer one's segment: at a dot (its last segment is no segment there)...
+    assert await positions(store, "part03/sect_C.7.6") == [3]
+    # ...or before it (its first one): `chtml/part03` is preceded by `dicom.example/`.
+    assert await positions(store, "example/chtml/part03") == [3]
+
+
+async def test_a_path_inside_a_longer_file_name_is_found(store: SessionStore) -> None:
+    said = [*FILLER, {"role": "user", "content": "kept as backup/src/app/config.py.bak"}]
+    await store.commit_compression(commit(SK, DIGESTS, 12, archived=archive_of(said)))
+    assert await positions(store, "src/app/config.py") == [3]
+    assert await positions(store, "src/app/settings.py") == []
 
 
 async def test_more_of_the_query_ranks_first_and_nothing_matches_nothing(
@@ -262,10 +272,12 @@ def test_examples() -> None:
     assert search_terms("snake_case_name").parts == ("snake", "case", "name")
 
 
-def test_the_atoms_are_the_segments_and_words_only() -> None:
+def test_the_atoms_are_the_inner_segments_and_the_words() -> None:
     (found,) = search_terms("part03/sect_C.7.6.3.html:").identifiers
-    assert found.atoms == ("part03", "sect_c.7.6.3.html", "sect", "7", "6", "3", "html")
-    assert {"3.html", "part03/sect_c.7"} <= set(found.parts) - set(found.atoms)
+    assert found.atoms == ("part03", "sect", "7", "6", "3", "html")
+    assert {"3.html", "part03/sect_c.7", "sect_c.7.6.3.html"} <= set(found.parts) - set(found.atoms)
+    (found,) = search_terms("ab.cd/src/app/ef.gh").identifiers
+    assert found.atoms == ("src", "app", "ab", "cd", "ef", "gh")
     assert search_terms("plain").identifiers[0].atoms == ()
 
 

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import SessionKey, SessionStore, search
+from storage import SessionKey, SessionStore, codec, search
 from storage.db import Database
+from storage.tables import sessions
+from storage.terms import search_terms
 from tests.storage.conftest import PG_ENV, _reset_postgres
 from tests.storage.factories import chain_digests, commit, history
 
@@ -157,3 +160,111 @@ async def test_an_index_without_buckets_gains_them_when_opened(pg_url: str) -> N
         await db.dispose()
     assert await _search_positions(pg_url, "north gate") == list(range(70))
     assert await _search_positions(pg_url, "late 45") == [45]
+
+
+# Words of the fuzzed archive: common, rarer (fewer than search.FEW matches), one nowhere.
+VOCABULARY = ["alpha"] * 30 + ["beta"] * 10 + ["gamma"] * 4 + ["delta", "eps", "zeta", "eta"]
+QUERY_WORDS = ["alpha", "beta", "gamma", "delta", "eps", "w3", "w7", "nowhere"]
+
+
+async def _fill_sparse(
+    conn: AsyncConnection, rnd: random.Random, top_id: int
+) -> tuple[list[int], dict[int, tuple[int, int]]]:
+    """Rows at sparse ids up to `top_id` (hundreds of buckets apart), spread over four
+    sessions, positions archived again under newer ids; a fifth session archives nothing."""
+    sids = []
+    for s in range(5):
+        row = insert(sessions).values(scope="s", key=f"k{s}", created_at=0, updated_at=0)
+        sids.append((await conn.execute(row.returning(sessions.c.id))).scalar_one())
+    ids = sorted(rnd.sample(range(1, top_id), min(rnd.randint(50, 2500), top_id - 2)))
+    positions = rnd.choice([20, 200, 3000])
+    rows = {}
+    words = VOCABULARY + [f"w{i}" for i in range(20)]
+    for id_ in ids:
+        sid = rnd.choice(sids[:4]) if rnd.random() < 0.7 else sids[0]
+        content = " ".join(rnd.choice(words) for _ in range(rnd.randint(1, 6)))
+        rows[id_] = (sid, rnd.randrange(positions), said(content))
+    await conn.execute(
+        text(
+            "INSERT INTO archived_messages (id, session_id, position, digest, message, "
+            "archived_at) VALUES (:id, :sid, :pos, :digest, :message, 0)"
+        ),
+        [
+            {"id": i, "sid": s, "pos": p, "digest": f"d{i}", "message": codec.dumps(m)}
+            for i, (s, p, m) in rows.items()
+        ],
+    )
+    await search.index(conn, [(i, m) for i, (_, _, m) in rows.items()])
+    return sids, {i: (s, p) for i, (s, p, _) in rows.items()}
+
+
+async def _brute_force(
+    conn: AsyncConnection,
+    rows: dict[int, tuple[int, int]],
+    spans: list[tuple[int, int | None]],
+    query: str,
+    candidates: int,
+    limit: int,
+) -> list[int]:
+    """The definition: the newest copy of each position of the spans; of those matching,
+    the newest `candidates`, ranked (a later position first among equals); strict reading
+    first, the loose one when it finds nothing."""
+    newest: dict[int, int] = {}
+    for id_, (sid, position) in sorted(rows.items()):
+        if any(sid == s and (cut is None or position < cut) for s, cut in spans):
+            newest[position] = id_
+    kept = set(newest.values())
+    groups = search._groups(search_terms(query))
+    strict = search._expression("postgresql", groups, "AND", parts=False)
+    loose = search._expression("postgresql", groups, "OR", parts=True)
+    sql = (
+        f"SELECT id, ts_rank(terms, CAST(:q AS tsquery)) FROM {search.TABLE} "
+        "WHERE terms @@ CAST(:q AS tsquery)"
+    )
+    want: list[int] = []
+    for expression in (strict, loose):
+        matches = (await conn.execute(text(sql), {"q": expression})).all()
+        newest_first = sorted(((i, r) for i, r in matches if i in kept), reverse=True)
+        ranked = sorted(newest_first[:candidates], key=lambda m: (-m[1], -rows[m[0]][1]))
+        want = [rows[i][1] for i, _ in ranked][:limit]
+        if want or loose == strict:
+            break
+    return want
+
+
+@pytest.mark.parametrize("seed, top_id", [(0, 900), (1, 70_000), (2, 400_000), (3, 2_000_000)])
+async def test_sparse_ids_over_many_buckets_rank_as_brute_force(
+    pg_url: str, seed: int, top_id: int
+) -> None:
+    """Whatever the spans, cuts, candidates, windows and limit, the search returns what the
+    definition does, in its order."""
+    rnd = random.Random(seed)
+    await (await SessionStore.open(pg_url)).close()  # the schema
+    db = Database.connect(pg_url)
+    try:
+        sids, rows = await db.write(lambda conn: _fill_sparse(conn, rnd, top_id))
+
+        async def compare(conn: AsyncConnection) -> list[tuple[Any, ...]]:
+            out = []
+            for _ in range(40):
+                query = " ".join(rnd.sample(QUERY_WORDS, rnd.randint(1, 3)))
+                spans = [
+                    (s, rnd.choice([None, None, rnd.randrange(1, 3000)]))
+                    for s in rnd.sample(sids, rnd.randint(1, 3))
+                ]
+                n = rnd.choice([1, 2, 5, 31, 32, 33, 100, 500])
+                window = rnd.choice([0, 1, 2, 4, 16, 64, 1000])
+                limit = rnd.choice([1, 3, 10, 10000])
+                found = await search.search(
+                    conn, spans, query, limit, candidates=n, max_window=window
+                )
+                want = await _brute_force(conn, rows, spans, query, n, limit)
+                out.append((query, spans, n, window, limit, [a.position for a in found], want))
+            return out
+
+        results = await db.read(compare)
+    finally:
+        await db.dispose()
+    for query, spans, n, window, limit, got, want in results:
+        assert got == want, (query, spans, n, window, limit)
+    assert sum(1 for r in results if r[-1]) >= 10  # most searches find something
