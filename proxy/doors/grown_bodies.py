@@ -18,6 +18,13 @@ parse. Kept parsed values are shared with
 later requests, so nothing may change a parsed request in place (no message transform in
 ctxgate does; each returns new values); so are what doors keep with them (`derived`).
 
+A body may also be a kept one **edited**: a run of its entries replaced or taken out, everything
+before and after them byte for byte the same (a client that rewrites an early message, or
+clears old tool results in place; and every first request of a conversation that shares all
+but a few messages with one kept: a subagent's, a restarted client's). Only the replacing
+entries are parsed, under the same write-back check. Doors that extend a conversion of the
+kept entries (`derived`) ask for grown bodies only.
+
 A `mark` given at construction is counted in every kept body once (unless the caller counted
 what it stands for, say image parts, as it checked the body), and in a grown body only where it
 is new: never fewer than what it stands for, never more than a byte scan of the whole body
@@ -62,6 +69,7 @@ class _Kept:
     end: int  # offset in `raw` just past the array's last entry
     derived: Any  # what the door made of the body (a conversion it can extend), if anything
     marks: int | None  # how often the mark occurs in `raw` (None: no mark counted)
+    starts: tuple[int, ...] = ()  # offset of each entry in `raw` (none: not worked out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,9 @@ class Grown:
     end: int
     source: _Kept
     marks: int | None  # how often the mark occurs in the grown body's bytes
+    tail: int = 0  # how many trailing entries are the kept body's (checked then): an edit's
+    # The offset of each entry in the body's bytes (none when unknown), worked out when kept.
+    starts: Callable[[], tuple[int, ...]] = tuple
 
     @property
     def derived(self) -> Any:
@@ -103,8 +114,9 @@ class GrownBodies:
         self._lock = threading.Lock()
         self._pending: list[Callable[[], None]] = []  # keeps not yet done
 
-    def find(self, raw: bytes) -> Grown | None:
-        """`raw` parsed from a kept body it grew out of, or None (parse it whole)."""
+    def find(self, raw: bytes, edits: bool = False) -> Grown | None:
+        """`raw` parsed from a kept body it grew out of (with `edits`, or one it is an edit
+        of), or None (parse it whole)."""
         if len(raw) < self._smallest:
             return None
         self.settle()
@@ -114,11 +126,15 @@ class GrownBodies:
         for kept in candidates:
             grown = _grow(kept, raw, self.array)
             if grown is not None:
-                body, end = grown
+                body, end, starts = grown
                 marks = kept.marks
                 if marks is not None and self.mark is not None and end > kept.end:
                     marks += raw.count(self.mark, kept.end, end)
-                return Grown(body, len(kept.body[self.array]), end, kept, marks)
+                return Grown(body, len(kept.body[self.array]), end, kept, marks, 0, starts)
+        # An edit of the newest body of that opening only: the run found is parsed, and
+        # where it fails a write-back check, every other body's would fail it too.
+        if edits and candidates:
+            return _edit(candidates[0], raw, self.array, self.mark)
         return None
 
     def keep(
@@ -135,9 +151,10 @@ class GrownBodies:
 
     def keep_grown(self, raw: bytes, grown: Grown, derived: Any = None) -> None:
         """Keep a grown body, once its added entries passed their checks, in place of the
-        body it grew out of (the conversation has moved on)."""
-        kept = _Kept(raw, grown.body, grown.end, derived, grown.marks)
-        self._later(partial(self._store, raw[:KEY_BYTES], kept, grown.source))
+        body it grew out of (the conversation has moved on); an edited one beside it (it may
+        be another conversation's first request)."""
+        replacing = grown.source if not grown.tail else None
+        self._later(partial(self._keep_grown, raw, grown, derived, replacing))
 
     def settle(self) -> None:
         """Do the keeps still pending."""
@@ -180,7 +197,12 @@ class GrownBodies:
                 marks = None
             elif marks is None:
                 marks = raw.count(self.mark)
-            self._store(key, _Kept(raw, body, end, derived, marks), replacing=None)
+            starts = _starts(body[self.array], end=end)
+            self._store(key, _Kept(raw, body, end, derived, marks, starts), replacing=None)
+
+    def _keep_grown(self, raw: bytes, grown: Grown, derived: Any, replacing: _Kept | None) -> None:
+        kept = _Kept(raw, grown.body, grown.end, derived, grown.marks, grown.starts())
+        self._store(raw[:KEY_BYTES], kept, replacing)
 
     def _store(self, key: bytes, kept: _Kept, replacing: _Kept | None) -> None:
         with self._lock:
@@ -193,8 +215,11 @@ class GrownBodies:
                 self._bytes -= sum(len(e.raw) for e in oldest)
 
 
-def _grow(kept: _Kept, raw: bytes, array: str) -> tuple[dict[str, Any], int] | None:
-    """`raw` parsed, when it is `kept.raw` with entries added to the array; and its end."""
+def _grow(
+    kept: _Kept, raw: bytes, array: str
+) -> tuple[dict[str, Any], int, Callable[[], tuple[int, ...]]] | None:
+    """`raw` parsed, when it is `kept.raw` with entries added to the array; its end, and
+    its entries' offsets (when the kept body's are known)."""
     before, end = kept.raw, kept.end
     tail = len(before) - end
     if len(raw) < len(before) or not raw.startswith(memoryview(before)[:end]):
@@ -204,17 +229,131 @@ def _grow(kept: _Kept, raw: bytes, array: str) -> tuple[dict[str, Any], int] | N
     added = raw[end : len(raw) - tail]
     entries: list[Any] = kept.body[array]
     if not added:
-        return {**kept.body, array: [*entries]}, end
+        return {**kept.body, array: [*entries]}, end, partial(tuple, kept.starts)
     if added[:1] != b",":
         return None
-    text = b"[" + added[1:] + b"]"
+    new = _entries(b"[" + added[1:] + b"]")
+    if new is None:
+        return None
+    starts = partial(_spliced, kept.starts, len(entries), len(entries), 0, new, end + 1)
+    return {**kept.body, array: [*entries, *new]}, end + len(added), starts
+
+
+def _edit(kept: _Kept, raw: bytes, array: str, mark: bytes | None) -> Grown | None:
+    """`raw` parsed, when it is `kept.raw` with a run of the array's entries replaced by
+    others, or taken out, the bytes before and after the run unchanged."""
+    before, starts, entries = kept.raw, kept.starts, kept.body[array]
+    count = len(entries)
+    if not starts or not raw.startswith(memoryview(before)[: starts[0]]):
+        return None
+    bounds = (*starts, kept.end)  # where each entry starts, then the array's end
+    first = _first_changed(raw, before, bounds)
+    if first == count:
+        return None  # nothing before the array's end differs: grown, or something else
+    after = _first_kept_after(raw, before, bounds, first)
+    if after is None:
+        return None
+    shift = len(raw) - len(before)
+    new = _run(raw[bounds[first] : bounds[after] + shift], first, after, count)
+    if new is None:
+        return None
+    offsets = partial(_spliced, starts, first, after, shift, new, bounds[first])
+    body = {**kept.body, array: [*entries[:first], *new, *entries[after:]]}
+    marks = kept.marks
+    if marks is not None and mark is not None:
+        if before.count(mark, bounds[first], bounds[after]):
+            marks = raw.count(mark)  # the kept count may stand for what was taken out
+        else:
+            marks += raw.count(mark, bounds[first], bounds[after] + shift)
+    return Grown(body, first, kept.end + shift, kept, marks, count - after, offsets)
+
+
+def _spliced(
+    starts: tuple[int, ...], first: int, after: int, shift: int, new: list[Any], at: int
+) -> tuple[int, ...]:
+    """The entries' offsets once those from `first` to `after` are replaced by `new`,
+    written from `at` on, the bytes from `after` on moved by `shift` (none when unknown)."""
+    if not starts:
+        return ()
+    return (*starts[:first], *_starts(new, at), *(s + shift for s in starts[after:]))
+
+
+def _first_changed(raw: bytes, before: bytes, bounds: tuple[int, ...]) -> int:
+    """The last boundary up to which `raw` is `before` (the first entry changed)."""
+    same = memoryview(before)
+    lo, hi = 0, len(bounds) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if raw.startswith(same[: bounds[mid]]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _first_kept_after(raw: bytes, before: bytes, bounds: tuple[int, ...], first: int) -> int | None:
+    """The least entry from which on (the array's end: len(bounds) - 1) `before` ends `raw`
+    without reaching into the prefix up to `first`; None when even the end does not."""
+    same, shift, count = memoryview(before), len(raw) - len(before), len(bounds) - 1
+
+    def kept_after(at: int) -> bool:
+        return bounds[at] + shift >= bounds[first] and raw.endswith(same[bounds[at] :])
+
+    # Most edits replace one entry or put one in; a look at a longer suffix compares more.
+    if kept_after(first):
+        return first
+    if first < count and kept_after(first + 1):
+        return first + 1
+    lo, hi = first + 2, count
+    if lo > hi or not kept_after(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if kept_after(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _run(replacing: bytes, first: int, after: int, count: int) -> list[Any] | None:
+    """The entries that `replacing` (what stands where entries first..after-1 stood, with
+    the comma before the entry kept after it) holds; None when it is no such run."""
+    if after < count and replacing:
+        if replacing[-1:] != b",":
+            return None
+        replacing = replacing[:-1]
+    if replacing:
+        return _entries(b"[" + replacing + b"]")
+    # Entries taken out, nothing in their place (at the array's end only all of them: the
+    # comma before the first would be left).
+    return [] if after < count or first == 0 else None
+
+
+def _entries(text: bytes) -> list[Any] | None:
+    """The entries of the JSON array `text`, when orjson writes them back as exactly `text`."""
     try:
         new = orjson.loads(text)
         if not isinstance(new, list) or not new or orjson.dumps(new) != text:
             return None
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         return None
-    return {**kept.body, array: [*entries, *new]}, end + len(added)
+    return new
+
+
+def _starts(entries: list[Any], first: int | None = None, end: int = 0) -> tuple[int, ...]:
+    """Where each of `entries` starts in compact JSON, the first at `first` (or the last
+    ending at `end`): orjson writes each entry alone as inside the array, `,` between them."""
+    try:
+        sizes = [len(orjson.dumps(e)) for e in entries]
+    except orjson.JSONEncodeError:
+        return ()
+    at = end - sum(sizes) - (len(sizes) - 1) if first is None else first
+    starts = []
+    for size in sizes:
+        starts.append(at)
+        at += size + 1
+    return tuple(starts)
 
 
 def _array_end(raw: bytes, body: dict[str, Any], array: str) -> int | None:

@@ -27,10 +27,11 @@ def client_wants_usage(body: dict[str, Any]) -> bool:
 def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
     """Parse and check `raw`, raising BadRequest with a message that says what is wrong.
 
-    With `earlier`, a body that grew out of one parsed before is parsed and checked only as
-    far as it is new, and every checked body is kept for the requests that grow out of it.
+    With `earlier`, a body that grew out of one parsed before, or is one edited, is parsed
+    and checked only as far as it is new, and every checked body is kept for the requests
+    that grow out of it.
     """
-    grown = earlier.find(raw) if earlier is not None else None
+    grown = earlier.find(raw, edits=True) if earlier is not None else None
     body = json_object(raw) if grown is None else grown.body
     model = required_model(body)
     messages = body.get("messages")
@@ -38,8 +39,10 @@ def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRe
         raise BadRequest(
             missing_or_type("messages", messages, "a non-empty array"), param="messages"
         )
-    known = 0 if grown is None else grown.known
-    images = _check_messages(messages[known:] if known else messages, known)
+    if grown is None:
+        images = _check_messages(messages)
+    else:  # the kept body's messages, before and after what is new, passed then
+        images = _check_messages(messages[grown.known : len(messages) - grown.tail], grown.known)
     marks = grown.marks if grown is not None else images
     request = _wire_request(raw, body, model, messages, marks)
     if earlier is not None:

@@ -336,3 +336,78 @@ def test_a_repeated_key_after_the_array_is_never_taken_for_its_end() -> None:
     grown = opening + b'],"x":[' + last + b"," + added + b'],"x":1}'
     assert cache.find(grown) is None
     assert parse_chat_request(grown, cache).messages == orjson.loads(grown)["messages"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    before=fields,
+    after=fields,
+    history=st.lists(messages | pictured, min_size=1, max_size=8),
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 8),
+            st.integers(0, 3),
+            st.lists(messages | pictured, min_size=0, max_size=3),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_an_edited_conversation_parses_as_a_full_parse_would(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    history: list[Any],
+    steps: list[tuple[int, int, list[Any]]],
+) -> None:
+    """A run of messages replaced in place, or taken out (with nothing put in and nothing
+    taken out, one is added), again and again: each body is found from the one before and
+    parses as a full parse."""
+    cache = GrownBodies("messages", smallest_bytes=0, mark=IMAGE_MARK)
+    parse_chat_request(body(before, history, after), cache)
+    for at, removed, put in steps:
+        at = min(at, len(history))
+        edited = history[:at] + put + history[at + removed :]
+        if edited == history:  # nothing put in or taken out: the conversation grows
+            edited = history + [{"role": "user", "content": f"next {at}"}]
+        raw = body(before, edited, after)
+        if len(edited) > 1:  # not down to SYSTEM alone (its array's comma goes too)
+            assert cache.find(raw, edits=True) is not None
+        request = parse_chat_request(raw, cache)
+        assert request.body == orjson.loads(raw)
+        assert list(request.body) == list(orjson.loads(raw))
+        marks = request.image_marks
+        assert marks is not None and image_parts(edited) <= marks <= raw.count(IMAGE_MARK)
+        history = edited
+
+
+def test_a_bad_message_put_in_by_an_edit_is_refused() -> None:
+    history: list[Any] = [{"role": "user", "content": f"turn {i}"} for i in range(5)]
+    cache = earlier()
+    parse_chat_request(body({}, history, {}), cache)
+    edited = [*history[:2], {"role": "user", "content": 7}, *history[3:]]
+    raw = body({}, edited, {})
+    assert cache.find(raw, edits=True) is not None
+    with pytest.raises(BadRequest, match=r"messages\[3\]\.content"):
+        parse_chat_request(raw, cache)
+    # The refused body was not kept: its bad message is found again, edited or not.
+    again = body({}, [*edited, {"role": "user", "content": "ok"}], {})
+    with pytest.raises(BadRequest, match=r"messages\[3\]\.content"):
+        parse_chat_request(again, cache)
+
+
+def test_what_an_edit_cannot_explain_is_parsed_whole() -> None:
+    history: list[Any] = [{"role": "user", "content": f"turn {i}"} for i in range(5)]
+    cache = earlier()
+    parse_chat_request(body({}, history, {"temperature": 1}), cache)
+    changed_after = body({}, [*history[:2], {"role": "user", "content": "x"}], {"temperature": 2})
+    spaced = body({}, history, {"temperature": 1}).replace(b'"turn 2"}', b'"turn 2" }')
+    for raw in (changed_after, spaced):
+        assert cache.find(raw, edits=True) is None
+        assert parse_chat_request(raw, cache).body == orjson.loads(raw)
+    # Doors that extend a conversion of the kept messages ask for grown bodies only.
+    cache = earlier()
+    parse_chat_request(body({}, history, {"temperature": 1}), cache)
+    edited = body(
+        {}, [*history[:2], {"role": "user", "content": "y"}, *history[3:]], {"temperature": 1}
+    )
+    assert cache.find(edited) is None and cache.find(edited, edits=True) is not None
