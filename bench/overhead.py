@@ -14,12 +14,13 @@ One httpx client (HTTP/1.1 keep-alive) sends the same history to the direct URL 
 proxy in alternation (the order changes every round so that each target goes first, and
 follows each other target, equally often), so drift in machine load hits every target alike.
 What a cell sends (`--bodies`): `same`, the identical body every time; `fresh`, a body no
-session has seen (a new tag in its first user message, a new session id); `growing`, one
-session per client that gains a turn every round (overhead_requests.Bodies).
+session has seen (a new tag in its first user message, a new session id); `novel`, one that
+shares not even its opening with an earlier one (the tag starts its system prompt); `growing`,
+one session per client that gains a turn every round (overhead_requests.Bodies).
 A sample is the time to the last byte: the whole body, or for a stream the moment
 `data: [DONE]` arrives.
 
-Cells: {same, fresh, growing} x {8K, 64K}-token agent history (tau-bench airline
+Cells: {same, fresh, novel, growing} x {8K, 64K}-token agent history (tau-bench airline
 conversations chained, with their 14 tools) x {non-streaming, streaming} x {1 sequential
 client, 16 concurrent clients}. With 16 clients every round fires 16 requests at one target
 at once, then moves to the next target.
@@ -238,6 +239,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=BODIES,
         default=list(BODIES),
         help="same: one body repeated; fresh: one no session has seen, every request; "
+        "novel: one sharing not even its opening with an earlier one; "
         "growing: each session gains a turn per request",
     )
     p.add_argument("--proxies", nargs="+", choices=PROXIES, default=list(PROXIES))

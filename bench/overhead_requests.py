@@ -65,7 +65,7 @@ def valid_cuts(messages: list[dict[str, Any]]) -> list[int]:
     ]
 
 
-BODIES = ("same", "fresh", "growing")
+BODIES = ("same", "fresh", "novel", "growing")
 
 
 class Bodies:
@@ -74,6 +74,10 @@ class Bodies:
     - `same`: the identical body, one session per client (what a cache could answer).
     - `fresh`: a body no session has seen: a new tag in its first user message, a new session
       id. What every first request of a session, and a history edited at its start, cost.
+      All its other messages are those of the body before it, which ctxgate parsed (a new
+      session of one agent, or one client's rewritten early message).
+    - `novel`: a body sharing no opening with any before it: a new tag at the start of its
+      system prompt, a new session id. ctxgate parses and checks all of it.
     - `growing`: each client's session gains one turn per round, as an agent's does. Its
       history runs from the valid cut at three quarters of the size up to the whole history,
       tagged in its first user message with the client and lap (so that no two clients send
@@ -94,6 +98,7 @@ class Bodies:
         self.rounds = 0
         self._whole = request_body(messages, tools, stream)
         self._at = self._whole.index(FIRST_USER) + len(FIRST_USER)  # the same in every cut
+        self._opening = self._whole.index(FIRST_CONTENT) + len(FIRST_CONTENT)
         self._grown: list[bytes] = []
         if kind == "growing":
             cuts = valid_cuts(messages)
@@ -109,9 +114,11 @@ class Bodies:
         """The body and session id for round `step`'s `client` (every target gets the same
         history in a round; `fresh` gives each request its own tag all the same)."""
         self.sent += 1
-        if self.kind == "fresh":
+        if self.kind in ("fresh", "novel"):
             tag = f"[request {self.sent:09d}] ".encode()
-            return self._tagged(self._whole, tag), f"{session}-fresh-{self.sent}"
+            at = self._at if self.kind == "fresh" else self._opening
+            body = self._whole[:at] + tag + self._whole[at:]
+            return body, f"{session}-{self.kind}-{self.sent}"
         if self.kind == "growing":
             lap, turn = divmod(step, len(self._grown))
             tag = f"[client {client} lap {lap}] ".encode()
@@ -128,6 +135,7 @@ class Bodies:
 
 
 FIRST_USER = b'"role":"user","content":"'
+FIRST_CONTENT = b'"content":"'  # the system prompt's
 
 
 def _first_cut_at(

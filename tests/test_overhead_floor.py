@@ -163,6 +163,10 @@ def test_bodies_are_new_or_grow_as_a_session_does() -> None:
     sent = [fresh.get(fresh.next_round(), 0, "s") for _ in range(3)]
     assert len({body for body, _ in sent}) == 3 and len({sid for _, sid in sent}) == 3
     assert all(orjson.loads(body)["messages"][1:] != messages[1:] for body, _ in sent)
+    novel = Bodies("novel", messages, tools, tokens, False)
+    opened = [novel.get(novel.next_round(), 0, "s") for _ in range(3)]
+    assert len({body[:100] for body, _ in opened}) == 3 and len({s for _, s in opened}) == 3
+    assert all(orjson.loads(body)["messages"][1:] == messages[1:] for body, _ in opened)
     growing = Bodies("growing", messages, tools, tokens, False)
     lap = [growing.get(growing.next_round(), 0, "s") for _ in range(growing.turns + 1)]
     other = growing.get(0, 1, "s")
