@@ -149,12 +149,16 @@ class GrownBodies:
             return
         self._later(partial(self._keep, raw, body, derived, marks))
 
-    def keep_grown(self, raw: bytes, grown: Grown, derived: Any = None) -> None:
+    def keep_grown(
+        self, raw: bytes, grown: Grown, derived: Any = None, marks: int | None = None
+    ) -> None:
         """Keep a grown body, once its added entries passed their checks, in place of the
         body it grew out of (the conversation has moved on); an edited one beside it (it may
-        be another conversation's first request)."""
-        replacing = grown.source if not grown.tail else None
-        self._later(partial(self._keep_grown, raw, grown, derived, replacing))
+        be another conversation's first request). `marks`: the caller's count, when it
+        counted what the mark stands for, in place of the grown body's."""
+        edited = grown.known < len(grown.source.body[self.array])
+        replacing = None if edited else grown.source
+        self._later(partial(self._keep_grown, raw, grown, derived, replacing, marks))
 
     def settle(self) -> None:
         """Do the keeps still pending."""
@@ -200,8 +204,13 @@ class GrownBodies:
             starts = _starts(body[self.array], end=end)
             self._store(key, _Kept(raw, body, end, derived, marks, starts), replacing=None)
 
-    def _keep_grown(self, raw: bytes, grown: Grown, derived: Any, replacing: _Kept | None) -> None:
-        kept = _Kept(raw, grown.body, grown.end, derived, grown.marks, grown.starts())
+    def _keep_grown(
+        self, raw: bytes, grown: Grown, derived: Any, replacing: _Kept | None, marks: int | None
+    ) -> None:
+        if grown.end < KEY_BYTES:  # edited down: the opening holds bytes that will change
+            return
+        marks = grown.marks if marks is None or grown.marks is None else marks
+        kept = _Kept(raw, grown.body, grown.end, derived, marks, grown.starts())
         self._store(raw[:KEY_BYTES], kept, replacing)
 
     def _store(self, key: bytes, kept: _Kept, replacing: _Kept | None) -> None:
@@ -320,7 +329,7 @@ def _run(replacing: bytes, first: int, after: int, count: int) -> list[Any] | No
     """The entries that `replacing` (what stands where entries first..after-1 stood, with
     the comma before the entry kept after it) holds; None when it is no such run."""
     if after < count and replacing:
-        if replacing[-1:] != b",":
+        if replacing[-1:] != b"," or replacing == b",":  # a comma alone: `,,` or `[,`
             return None
         replacing = replacing[:-1]
     if replacing:

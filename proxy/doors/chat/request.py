@@ -13,7 +13,7 @@ from compression.tokens import IMAGE_PARTS
 from compression.types import Message, ToolSchema
 from proxy.doors.bodies import json_object, json_type, missing_or_type, required_model
 from proxy.doors.frontdoor import WireRequest
-from proxy.doors.grown_bodies import GrownBodies
+from proxy.doors.grown_bodies import Grown, GrownBodies
 from proxy.errors import BadRequest
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -40,17 +40,36 @@ def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRe
             missing_or_type("messages", messages, "a non-empty array"), param="messages"
         )
     if grown is None:
-        images = _check_messages(messages)
+        marks: int | None = _check_messages(messages)
     else:  # the kept body's messages, before and after what is new, passed then
-        images = _check_messages(messages[grown.known : len(messages) - grown.tail], grown.known)
-    marks = grown.marks if grown is not None else images
+        added = _check_messages(messages[grown.known : len(messages) - grown.tail], grown.known)
+        marks = _images_now(grown, added)
     request = _wire_request(raw, body, model, messages, marks)
     if earlier is not None:
         if grown is None:
-            earlier.keep(raw, body, marks=images)
+            earlier.keep(raw, body, marks=marks)
         else:
-            earlier.keep_grown(raw, grown)
+            earlier.keep_grown(raw, grown, marks=marks)
     return request
+
+
+def _images_now(grown: Grown, added: int) -> int | None:
+    """The image parts of a body grown or edited out of a kept one: the kept body's count
+    (parts counted as its messages were checked), less those of the messages it replaced,
+    plus `added`, those of the messages put in."""
+    kept = grown.source.marks
+    if kept is None:
+        return grown.marks
+    before: list[Any] = grown.source.body["messages"]
+    replaced = before[grown.known : len(before) - grown.tail]
+    return kept - sum(_image_parts(m) for m in replaced) + added
+
+
+def _image_parts(message: Any) -> int:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return 0
+    return sum(isinstance(p, dict) and p.get("type") in IMAGE_PARTS for p in content)
 
 
 def _wire_request(

@@ -411,3 +411,33 @@ def test_what_an_edit_cannot_explain_is_parsed_whole() -> None:
         {}, [*history[:2], {"role": "user", "content": "y"}, *history[3:]], {"temperature": 1}
     )
     assert cache.find(edited) is None and cache.find(edited, edits=True) is not None
+
+
+def test_a_comma_where_a_message_was_is_no_edit() -> None:
+    """Bytes a kept body's boundaries explain but orjson would refuse: parsed whole, refused."""
+    history: list[Any] = [{"role": "user", "content": f"turn {i}"} for i in range(4)]
+    cache = earlier()
+    base = body({}, history, {})
+    parse_chat_request(base, cache)
+    second, third = orjson.dumps(history[1]), orjson.dumps(history[2])
+    doubled = base.replace(b"," + third, b",," + third)  # a comma put in
+    left = base.replace(third + b",", b",")  # a message taken out, its comma left
+    opened = base.replace(b'"messages":[', b'"messages":[,')  # a comma before the first
+    for raw in (doubled, left, opened):
+        assert second in raw and cache.find(raw, edits=True) is None
+        with pytest.raises(BadRequest):
+            parse_chat_request(raw, cache)
+
+
+def test_an_edited_body_counts_its_image_parts_exactly() -> None:
+    """Every image part type the checks count, an edit taking some out and putting others in."""
+    anthropic_like = {"role": "user", "content": [{"type": "image", "source": {}}]}
+    url = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+    history: list[Any] = [url, anthropic_like, {"role": "user", "content": "look"}, url]
+    cache = GrownBodies("messages", smallest_bytes=0, mark=IMAGE_MARK)
+    assert parse_chat_request(body({}, history, {}), cache).image_marks == 3
+    edited = [history[0], {"role": "user", "content": "no picture"}, *history[2:]]
+    assert cache.find(body({}, edited, {}), edits=True) is not None
+    assert parse_chat_request(body({}, edited, {}), cache).image_marks == 2
+    grown = [*edited, anthropic_like]
+    assert parse_chat_request(body({}, grown, {}), cache).image_marks == 3
