@@ -134,7 +134,7 @@ class GrownBodies:
         # An edit of the newest body of that opening only: the run found is parsed, and
         # where it fails a write-back check, every other body's would fail it too.
         if edits and candidates:
-            return _edit(candidates[0], raw, self.array, self.mark)
+            return _edit(candidates[0], raw, self.array)
         return None
 
     def keep(
@@ -209,7 +209,10 @@ class GrownBodies:
     ) -> None:
         if grown.end < KEY_BYTES:  # edited down: the opening holds bytes that will change
             return
-        marks = grown.marks if marks is None or grown.marks is None else marks
+        if self.mark is None:
+            marks = None
+        elif marks is None:
+            marks = grown.marks
         kept = _Kept(raw, grown.body, grown.end, derived, marks, grown.starts())
         self._store(raw[:KEY_BYTES], kept, replacing)
 
@@ -248,9 +251,10 @@ def _grow(
     return {**kept.body, array: [*entries, *new]}, end + len(added), starts
 
 
-def _edit(kept: _Kept, raw: bytes, array: str, mark: bytes | None) -> Grown | None:
+def _edit(kept: _Kept, raw: bytes, array: str) -> Grown | None:
     """`raw` parsed, when it is `kept.raw` with a run of the array's entries replaced by
-    others, or taken out, the bytes before and after the run unchanged."""
+    others, or taken out, the bytes before and after the run unchanged. Its marks are not
+    counted: a door that asks for edits counts what the mark stands for as it checks."""
     before, starts, entries = kept.raw, kept.starts, kept.body[array]
     count = len(entries)
     if not starts or not raw.startswith(memoryview(before)[: starts[0]]):
@@ -268,13 +272,7 @@ def _edit(kept: _Kept, raw: bytes, array: str, mark: bytes | None) -> Grown | No
         return None
     offsets = partial(_spliced, starts, first, after, shift, new, bounds[first])
     body = {**kept.body, array: [*entries[:first], *new, *entries[after:]]}
-    marks = kept.marks
-    if marks is not None and mark is not None:
-        if before.count(mark, bounds[first], bounds[after]):
-            marks = raw.count(mark)  # the kept count may stand for what was taken out
-        else:
-            marks += raw.count(mark, bounds[first], bounds[after] + shift)
-    return Grown(body, first, kept.end + shift, kept, marks, count - after, offsets)
+    return Grown(body, first, kept.end + shift, kept, None, count - after, offsets)
 
 
 def _spliced(
