@@ -13,6 +13,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
+COPY session ./session
 COPY compression ./compression
 COPY storage ./storage
 RUN pip wheel --wheel-dir /wheels ".[postgres]"

@@ -21,17 +21,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from compression import (
-    CompressionContext,
-    Compressor,
-    SummaryCall,
-    SummaryReply,
-    anchors,
-    fileops,
-    instructions,
-    observations,
-)
-from compression.types import Message
+from compression import CompressionContext, Compressor, SummaryCall, SummaryReply
+from compression.messages.types import Message
+from compression.verbatim import anchors, fileops, instructions, observations
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus"
 TARGET_MESSAGES = 1_000
@@ -41,7 +33,7 @@ SUMMARY = "## Goal\nContinue the work.\n## Completed Actions\n1. Many tool calls
 
 def counter() -> Any:
     try:
-        from compression.tokens import counter_for_model
+        from compression.counting.tokens import counter_for_model
     except ImportError:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from tests.compression.counters import CharCounter

@@ -72,7 +72,7 @@ def config_from(args: argparse.Namespace) -> EvalConfig:
 
 
 def run(config: EvalConfig, out: Path) -> EvalResults:
-    """The in-process entry point (used by tests/test_eval.py): evaluate and write results."""
+    """The in-process entry point (used by tests/bench/test_eval.py): evaluate and write results."""
     results = evaluate(config)
     write(results, out)
     return results

@@ -291,23 +291,24 @@ def _second_row(summary: dict[str, Any], peers: list[str]) -> list[str]:
 
 IDLE_LEAVES = ("EpollSelector.select", "_connection_worker_thread (aiosqlite/core.py:59)")
 # (label, markers): a sample counts for a part when any frame contains any of its markers.
-# Database work runs in tasks of its own (storage/db.py), so it is matched by file, not caller.
+# Database work runs in tasks of its own (storage/database/db.py), so it is matched by file,
+# not caller.
 PROFILE_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ASGI request path (uvicorn h11 + FastAPI + handler)", ("RequestResponseCycle.run_asgi (",)),
     ("  chat_completions handler", ("chat_completions (proxy/edge/routes.py",)),
     ("  parse_chat_request (JSON and validation)", ("parse_chat_request (",)),
     ("  body growth check (GrownBodies)", ("GrownBodies.",)),
-    ("  token counting (compression/tokens.py)", ("(compression/tokens.py",)),
+    ("  token counting (compression/counting/tokens.py)", ("(compression/counting/tokens.py",)),
     ("  ledger (proxy/ledger/)", ("(proxy/ledger/",)),
     ("  upstream call, non-stream (Upstream.call)", ("Upstream.call (",)),
     ("  upstream open, stream (Upstream.open_stream)", ("Upstream.open_stream (",)),
     ("stream relay task (Gateway._relay)", ("Gateway._relay (",)),
     ("httpx/httpcore client, anywhere", ("(httpx/", "(httpcore/")),
     ("storage layer, all DB work (storage/*)", ("(storage/",)),
-    ("  session lookup (storage/sessions.py)", ("(storage/sessions.py",)),
+    ("  session lookup (storage/rows/sessions.py)", ("(storage/rows/sessions.py",)),
     (
-        "  usage write-behind (storage/usage.py, writer.py)",
-        ("(storage/usage.py", "(storage/writer.py"),
+        "  usage write-behind (storage/rows/usage.py, writer.py)",
+        ("(storage/rows/usage.py", "(storage/writer.py"),
     ),
     ("aiosqlite worker thread (busy)", ("_connection_worker_thread (",)),
 )

@@ -10,7 +10,7 @@ for a file name with a full stop after it, for three words, and a handle fetch o
 positions, and prints the median of each per size and the ratio of the largest size to the
 smallest. Target: under 2x, a search's cost following its matches and not the archive's size.
 Three of the vocabulary's words match about 3.6% of the archive (some 3,600 messages at
-100,000): past `storage.search.CANDIDATES` matches, only the newest that many are ranked.
+100,000): past `storage.rows.search.CANDIDATES` matches, only the newest that many are ranked.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from storage import CompressionCommit, EventRecord, Message, SessionKey, SessionStore, search
-from storage.db import Database
+from storage import CompressionCommit, EventRecord, Message, SessionKey, SessionStore
+from storage.database.db import Database
+from storage.rows import search
 
 PG_ENV = "CTXGATE_TEST_PG_URL"
 SK = SessionKey("bench", "recall-search")

@@ -42,10 +42,10 @@ from storage import (
     Sweeper,
     UsageRecord,
     codec,
-    retention,
 )
-from storage.db import Database
-from storage.tables import archived_messages, checkpoints, events, sessions, usage
+from storage.database.db import Database
+from storage.database.tables import archived_messages, checkpoints, events, sessions, usage
+from storage.rows import retention
 from tests.proxy.agent_loop import AgentLoop
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Simulator

@@ -7,6 +7,7 @@
 This package imports nothing from the proxy or storage, and no web, HTTP or database library.
 """
 
+from compression.assembly.invariants import CompressionInvariantError, check_invariants
 from compression.compressor import Compressor
 from compression.engine import (
     CompressionContext,
@@ -20,13 +21,21 @@ from compression.engine import (
     TokenCounter,
     Trigger,
 )
-from compression.failures import ABORT_CLASSES, SummaryFailure, classify_error
-from compression.handoff import view_summaries
-from compression.invariants import CompressionInvariantError, check_invariants
+from compression.messages.toolpairs import sanitize_tool_pairs
+from compression.messages.types import (
+    ContentPart,
+    FunctionCall,
+    Message,
+    Role,
+    ToolCall,
+    ToolSchema,
+)
 from compression.options import FAILURE_CLASSES, CompressorOptions
 from compression.passthrough import PassthroughEngine
 from compression.registry import ENGINES, engine_limits, load_engine
 from compression.state import EngineState, blocked_reason, record_real_usage
+from compression.summary.failures import ABORT_CLASSES, SummaryFailure, classify_error
+from compression.summary.handoff import view_summaries
 from compression.thresholds import (
     Limits,
     agent_threshold,
@@ -34,8 +43,6 @@ from compression.thresholds import (
     hygiene_due,
     limits_for,
 )
-from compression.toolpairs import sanitize_tool_pairs
-from compression.types import ContentPart, FunctionCall, Message, Role, ToolCall, ToolSchema
 
 __all__ = [
     "ABORT_CLASSES",

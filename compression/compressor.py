@@ -16,19 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compression.assembly import assemble
-from compression.carry import carry_need, carry_section
-from compression.content import content_text
-from compression.engine import ClippedMessage, CompressionContext, CompressionResult, Outcome
-from compression.failures import SummaryFailure, cooldown_seconds
-from compression.fileops import FileOp, file_ops
-from compression.handoff import Handoff, handoff_text, user_text, view_summaries
-from compression.invariants import CompressionInvariantError, check_invariants
-from compression.ledger import Ledger
-from compression.middle import MiddleSummary, summarize_middle
-from compression.options import CompressorOptions
-from compression.pins import PinPlan, find_pins, plan_pins
-from compression.planning import (
+from compression.assembly.invariants import CompressionInvariantError, check_invariants
+from compression.assembly.planning import (
     MARKER_TOKENS,
     MAX_LEVEL,
     OPENING_SHARE,
@@ -40,10 +29,19 @@ from compression.planning import (
     summary_tokens,
     worth_summarizing,
 )
-from compression.preamble import fixed_end
-from compression.pruning import clip_outputs, prune_messages
-from compression.reads import FileRead, files_need, newest_reads, read_candidates, select_files
-from compression.reads import superseded as superseded_reads
+from compression.assembly.splice import assemble
+from compression.counting.figures import Ledger
+from compression.engine import ClippedMessage, CompressionContext, CompressionResult, Outcome
+from compression.messages.content import content_text
+from compression.messages.toolpairs import (
+    ToolPairing,
+    pair_tool_calls,
+    sanitize_tool_pairs,
+    tool_calls_of,
+)
+from compression.messages.types import Message
+from compression.options import CompressorOptions
+from compression.pruning.passes import clip_outputs, prune_messages
 from compression.state import (
     EngineState,
     blocked_reason,
@@ -55,15 +53,23 @@ from compression.state import (
     with_summary_success,
     without_foreign_summary,
 )
+from compression.summary.failures import SummaryFailure, cooldown_seconds
+from compression.summary.handoff import Handoff, handoff_text, user_text, view_summaries
+from compression.summary.middle import MiddleSummary, summarize_middle
 from compression.thresholds import Limits, limits_for
-from compression.toolpairs import (
-    ToolPairing,
-    pair_tool_calls,
-    sanitize_tool_pairs,
-    tool_calls_of,
+from compression.verbatim.carry import carry_need, carry_section
+from compression.verbatim.fileops import FileOp, file_ops
+from compression.verbatim.pins import PinPlan, find_pins, plan_pins
+from compression.verbatim.preamble import fixed_end
+from compression.verbatim.reads import (
+    FileRead,
+    files_need,
+    newest_reads,
+    read_candidates,
+    select_files,
 )
-from compression.types import Message
-from compression.userwords import Selection
+from compression.verbatim.reads import superseded as superseded_reads
+from compression.verbatim.userwords import Selection
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +200,7 @@ def _skip_reason(run: _Pass, state: EngineState) -> str | None:
 
 
 def _pins(run: _Pass) -> PinPlan:
-    """The pinned messages of the view and what of them fits (see `compression.pins`)."""
+    """The pinned messages of the view and what of them fits (see `compression.verbatim.pins`)."""
     options, ledger = run.options, run.ledger
     found = find_pins(run.view, ledger.tokens, options.pin_paste_tokens, ledger.counter.count_text)
     if not found:

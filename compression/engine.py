@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from compression.messages.types import Message, ToolSchema
 from compression.state import EngineState
 from compression.thresholds import Limits
-from compression.types import Message, ToolSchema
 
 Outcome = Literal[
     "compressed",  # a shorter view was produced and may be committed
@@ -130,8 +130,8 @@ class CompressionResult:
     failure_class: str | None = None
     # The model's summary stopped at its output limit and was kept up to its last complete line.
     summary_truncated: bool = False
-    # Pinned messages (see `compression.pins`) and carried user messages (see
-    # `compression.userwords`) the result holds clipped rather than verbatim.
+    # Pinned messages (see `compression.verbatim.pins`) and carried user messages (see
+    # `compression.verbatim.userwords`) the result holds clipped rather than verbatim.
     clipped: tuple[ClippedMessage, ...] = ()
 
 

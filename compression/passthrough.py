@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compression.engine import CompressionContext, CompressionResult
+from compression.messages.types import Message
 from compression.options import CompressorOptions
 from compression.thresholds import Limits, limits_for
-from compression.types import Message
 
 
 class PassthroughEngine:

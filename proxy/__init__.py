@@ -8,13 +8,13 @@ A request walks its subpackages in one direction, and each imports only those af
 - `proxy.doors`: the front doors: each wire API parsed, rendered and its stream relayed;
 - `proxy.provider`: the provider side: upstreams, the connection pool, headers, overflows.
 
-`proxy.settings` (with `proxy.config_reader`) and `proxy.errors` are shared by every stage and
+`session.config.settings` (with `session.config.reader`) and `session.errors` are shared by every stage and
 import none of them. `tests/test_architecture.py` holds the subpackages to the `May import`
 line of their docstrings, and fails on any import circle.
 """
 
 from proxy.config_file import load_settings
 from proxy.edge.app import create_app
-from proxy.settings import Settings
+from session.config.settings import Settings
 
 __all__ = ["Settings", "create_app", "load_settings"]

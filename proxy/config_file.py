@@ -2,8 +2,8 @@
 
 `load_settings(path, environ)` is the only place that reads the environment. It parses the
 YAML file, interpolates `${VAR}` / `${VAR:-default}` from `environ`, validates every key and
-returns the frozen dataclasses of proxy/settings.py. Any problem raises `SettingsError` naming
-the key.
+returns the frozen dataclasses of session/config/settings.py. Any problem raises
+`SettingsError` naming the key.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from proxy.config_reader import Reader, interpolate
-from proxy.config_reader import SettingsError as SettingsError  # raised by load_settings
-from proxy.prices import read_prices
-from proxy.settings import (
+from session.config.prices import read_prices
+from session.config.reader import Reader, interpolate
+from session.config.reader import SettingsError as SettingsError  # raised by load_settings
+from session.config.settings import (
     APIS,
     AuthSettings,
     CompressionSettings,

@@ -1,123 +1,13 @@
-"""The proxy's error tree, rendered as the OpenAI error envelope in one place.
-
-    ProxyError                       500 server_error
-    ├── BadRequest                   400 invalid_request_error
-    ├── Unauthorized                 401 authentication_error
-    ├── NotFound                     404 not_found_error
-    ├── RequestTimeout               408 invalid_request_error (the body stalled; closes)
-    ├── PayloadTooLarge              413 invalid_request_error
-    ├── ContextOverflow              400 invalid_request_error (compression could not make it fit)
-    ├── UpstreamUnavailable          502 upstream_error
-    ├── UpstreamTimeout              504 upstream_error
-    └── UpstreamStatus               the upstream's own status and body, relayed as they came
-
-Statuses the OpenAI SDK retries (408/409/429/5xx) are used only where a retry can help.
-"""
+"""The one mapping from ctxgate's errors (`session.errors`) to HTTP responses."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-import orjson
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 
-
-class ProxyError(Exception):
-    status_code = 500
-    type = "server_error"
-    code: str | None = None
-
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        if code is not None:
-            self.code = code
-
-    def body(self) -> bytes:
-        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        return orjson.dumps({"error": error})
-
-    def headers(self) -> Mapping[str, str]:
-        return {}
-
-
-class BadRequest(ProxyError):
-    status_code = 400
-    type = "invalid_request_error"
-
-
-class Unauthorized(ProxyError):
-    status_code = 401
-    type = "authentication_error"
-    code = "invalid_api_key"
-
-
-class NotFound(ProxyError):
-    status_code = 404
-    type = "not_found_error"
-
-
-class RequestTimeout(ProxyError):
-    """The client stopped sending its request body; the connection is closed after the answer,
-    since whatever it sends later can no longer be framed."""
-
-    status_code = 408
-    type = "invalid_request_error"
-    code = "request_timeout"
-
-    def headers(self) -> Mapping[str, str]:
-        return {"connection": "close"}
-
-
-def unknown_model(model: str) -> NotFound:
-    """The answer for a model no rule of the config matches."""
-    return NotFound(
-        f"The model '{model}' does not match any rule in ctxgate's config.",
-        param="model",
-        code="model_not_found",
-    )
-
-
-class PayloadTooLarge(ProxyError):
-    status_code = 413
-    type = "invalid_request_error"
-    code = "request_too_large"
-
-
-class ContextOverflow(ProxyError):
-    status_code = 400
-    type = "invalid_request_error"
-    code = "context_length_exceeded"
-
-
-class UpstreamUnavailable(ProxyError):
-    status_code = 502
-    type = "upstream_error"
-    code = "upstream_unavailable"
-
-
-class UpstreamTimeout(ProxyError):
-    status_code = 504
-    type = "upstream_error"
-    code = "upstream_timeout"
-
-
-class UpstreamStatus(ProxyError):
-    """An error answer from the upstream, relayed with its status, body and useful headers."""
-
-    def __init__(self, status_code: int, body: bytes, headers: Mapping[str, str]) -> None:
-        super().__init__(f"upstream answered {status_code}")
-        self.status_code = status_code
-        self.raw = body
-        self.raw_headers = dict(headers)
-
-    def body(self) -> bytes:
-        return self.raw
-
-    def headers(self) -> Mapping[str, str]:
-        return self.raw_headers
+from session.errors import BadRequest, ProxyError, UpstreamStatus
 
 
 def error_response(

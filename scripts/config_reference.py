@@ -4,7 +4,7 @@
     python scripts/config_reference.py --write   replace the block in README.md
     python scripts/config_reference.py --check   exit 1 when README.md's block is stale
 
-Keys and types come from the dataclasses in proxy/settings.py and proxy/prices.py,
+Keys and types come from the dataclasses in session/config/settings.py and session/config/prices.py,
 descriptions from the docstring under each field, and defaults from what `parse_settings`
 actually produces for a minimal file (so the table cannot claim a default the loader does not
 apply). The built-in
@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from compression.options import CompressorOptions
-from proxy import prices as prices_module
-from proxy import settings as settings_module
 from proxy.config_file import parse_settings
-from proxy.settings import Settings, UpstreamSettings
+from session.config import prices as prices_module
+from session.config import settings as settings_module
+from session.config.settings import Settings, UpstreamSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BEGIN = "<!-- config-reference -->"
@@ -185,7 +185,7 @@ def section_table(section: Section, docs: dict[str, dict[str, str]]) -> list[str
         description = docs.get(section.cls.__name__, {}).get(f.name)
         if not description:
             raise SystemExit(
-                f"{section.cls.__name__}.{f.name} has no docstring in proxy/settings.py; "
+                f"{section.cls.__name__}.{f.name} has no docstring in session/config/settings.py; "
                 "add one under the field (it becomes its description here)"
             )
         loaded = getattr(section.value, f.name)
@@ -193,7 +193,7 @@ def section_table(section: Section, docs: dict[str, dict[str, str]]) -> list[str
         if declared is not dataclasses.MISSING and declared != loaded:
             raise SystemExit(
                 f"{section.cls.__name__}.{f.name}: the dataclass default {declared!r} differs "
-                f"from the loader's {loaded!r}; make them agree in proxy/settings.py"
+                f"from the loader's {loaded!r}; make them agree in session/config/settings.py"
             )
         default = "required" if (section.cls, f.name) in _REQUIRED else render_default(loaded)
         key = f"`{section.path}.{f.name}`"
@@ -225,7 +225,7 @@ def render() -> str:
     loaded = parse_settings(_MINIMAL, {})
     docs = field_docs(settings_module) | field_docs(prices_module)
     lines = [
-        "<!-- Generated from proxy/settings.py and compression/options.py by "
+        "<!-- Generated from session/config/settings.py and compression/options.py by "
         f"`{COMMAND}`; do not edit by hand. -->",
         "",
     ]

@@ -1,7 +1,7 @@
 #!/bin/sh
 # A Docker daemon and a Python base image made from Debian's packages, for building ctxgate's
-# image where Docker Hub is out of reach (CI, air-gapped hosts). Used by tests/test_docker.py and
-# tests/test_balancer.py (which also builds deploy/haproxy on that base).
+# image where Docker Hub is out of reach (CI, air-gapped hosts). Used by tests/deploy/test_docker.py and
+# tests/deploy/test_balancer.py (which also builds deploy/haproxy on that base).
 #
 #   export CTXGATE_DOCKER_HOST="$(scripts/docker-test-env.sh)"   # start; prints DOCKER_HOST only
 #   scripts/docker-test-env.sh stop                                # stop the daemon (data kept)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Codex CLI (npm @openai/codex, pinned) under the repo, for tests/test_simulator_codex.py
+# Install Codex CLI (npm @openai/codex, pinned) under the repo, for tests/simulator/test_codex.py
 # and the Codex-through-ctxgate tests. Idempotent: a second run with the pinned version present
 # does nothing. The native binary comes as an optional dependency of the npm package.
 # Usage: scripts/install-codex.sh [PREFIX]   (default: <repo>/.agents/codex)

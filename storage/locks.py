@@ -5,7 +5,7 @@ row orders workers and replicas. Hold it only around compression and the checkpo
 never across an upstream generation. While held, a background task refreshes the lease every
 ttl/3 so a long summary call does not let it expire; expiry frees the lease of a crashed worker.
 A lease whose holder is a dead process of this machine (a restarted container, a respawned
-worker) is taken over at once instead (storage.owners).
+worker) is taken over at once instead (storage.database.owners).
 
 A request may pass through several compressions (on arrival, then after each overflow); inside
 `wait_budget(s)` all the lock waits of the current task together last at most s seconds.
@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from storage.database.owners import holder_is_dead, new_owner, parse_owner
 from storage.errors import LockTimeout, StorageError
-from storage.owners import holder_is_dead, new_owner, parse_owner
 from storage.records import SessionKey
 from storage.store import SessionStore
 

@@ -15,21 +15,10 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import (
-    checkpoints,
-    events,
-    leases,
-    lineages,
-    migrations,
-    savings,
-    search,
-    sessions,
-    usage,
-    windows,
-)
 from storage.cache import Miss, SessionCache
-from storage.db import Database
-from storage.inline import Executor
+from storage.database import leases, migrations
+from storage.database.db import Database
+from storage.database.inline import Executor
 from storage.records import (
     UNSET,
     ArchivedMessage,
@@ -47,6 +36,8 @@ from storage.records import (
     Unset,
     UsageRecord,
 )
+from storage.rows import charges as savings
+from storage.rows import checkpoints, events, lineages, search, sessions, usage, windows
 from storage.writer import UsageWriter
 
 INLINE_USAGE_RECORDS = 64  # larger batches go through the pool's thread
@@ -220,7 +211,7 @@ class SessionStore:
         return await self._db.read(lambda conn: lineages.live(conn, root))
 
     async def fork_lineage(self, f: Fork) -> SessionRecord:
-        """Start a lineage (see storage.lineages); the session's least recently active forks
+        """Start a lineage (see storage.rows.lineages); the session's least recently active forks
         beyond `f.max_lineages` are deleted with their checkpoints and archive."""
         try:
             return await self._db.write(lambda conn: lineages.fork(conn, f, self._clock()))
@@ -308,7 +299,7 @@ class SessionStore:
         self, sk: SessionKey, query: str, limit: int = 5
     ) -> list[ArchivedMessage]:
         """The originals of the session's lineage (see lineage_archive) that match `query`
-        best, best first, through the database's full-text index (storage.terms says how a
+        best, best first, through the database's full-text index (storage.rows.terms says how a
         text is read into terms)."""
 
         async def found(conn: AsyncConnection) -> list[ArchivedMessage]:

@@ -8,7 +8,7 @@ restarted process does not sweep again before the interval is over. Each process
 quarter interval. The cutoff and the turn follow the store's clock, so a simulated clock
 drives both.
 
-What the steps delete and how SQLite's space is given back: storage.retention.
+What the steps delete and how SQLite's space is given back: storage.rows.retention.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import retention
 from storage.errors import StorageError
-from storage.retention import DailyUsage
+from storage.rows import retention
+from storage.rows.retention import DailyUsage
 from storage.store import SessionStore
 
 logger = logging.getLogger("ctxgate.storage")

@@ -13,7 +13,7 @@ import uvicorn
 
 from proxy.config_file import parse_settings
 from proxy.edge.app import create_app
-from proxy.settings import Settings
+from session.config.settings import Settings
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

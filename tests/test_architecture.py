@@ -185,11 +185,11 @@ def test_the_check_catches_a_circle(tmp_path: Path) -> None:
 # In the walk's order.
 STAGES = ("proxy.edge", "proxy.core", "proxy.ledger", "proxy.doors", "proxy.provider")
 SHARED = {
-    "proxy.settings",
+    "session.config.settings",
     "proxy.config_file",
-    "proxy.config_reader",
-    "proxy.prices",
-    "proxy.errors",
+    "session.config.reader",
+    "session.config.prices",
+    "session.errors",
 }
 
 
@@ -258,32 +258,32 @@ def test_subpackage_inits_import_nothing() -> None:
 
 
 def test_the_check_catches_a_wrong_direction() -> None:
-    assert outside_imports("proxy.provider", set()) != {}  # it imports proxy.settings
+    assert outside_imports("proxy.provider", set()) != {}  # it imports session.config.settings
     assert outside_imports("proxy.doors.chat", declared_imports("proxy.doors.chat")) == {}
     core = outside_imports("proxy.core", {"proxy.provider", *SHARED})
-    assert "proxy.core.gateway" in core and "proxy.doors.frontdoor" in core["proxy.core.gateway"]
+    assert "proxy.gateway.gateway" in core and "session.ports.door" in core["proxy.gateway.gateway"]
 
 
 # Inside the core a request is followed one way too: the gateway calls conversations, which call
 # policy and compaction; none of these calls back up.
 CORE_ORDER = {
-    "proxy.core.policy": {"proxy.core", "proxy.doors"},
-    "proxy.core.conversations": {"proxy.core.gateway", "proxy.core.rounds", "proxy.core.recall"},
-    "proxy.core.compaction": {
-        "proxy.core.conversations",
-        "proxy.core.policy",
-        "proxy.core.gateway",
+    "session.policy": {"proxy.core", "proxy.doors"},
+    "session.conversations": {"proxy.gateway.gateway", "proxy.gateway.rounds", "session.recall"},
+    "session.compaction": {
+        "session.conversations",
+        "session.policy",
+        "proxy.gateway.gateway",
         "proxy.doors.registry",
     },
-    "proxy.core.turn": {"proxy.core.conversations", "proxy.core.compaction", "proxy.core.policy"},
-    "proxy.core.rounds": {
-        "proxy.core.conversations",
-        "proxy.core.compaction",
-        "proxy.core.gateway",
+    "session.turn": {"session.conversations", "session.compaction", "session.policy"},
+    "proxy.gateway.rounds": {
+        "session.conversations",
+        "session.compaction",
+        "proxy.gateway.gateway",
         "proxy.doors.registry",
     },
-    "proxy.core.recall": {"proxy.core.rounds", "proxy.core.conversations", "proxy.core.compaction"},
-    "proxy.doors.frontdoor": {
+    "session.recall": {"proxy.gateway.rounds", "session.conversations", "session.compaction"},
+    "session.ports.door": {
         "proxy.doors.registry",
         "proxy.doors.chat",
         "proxy.doors.responses",

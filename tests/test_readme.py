@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from proxy.core.metrics import Metrics
+from session.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -41,7 +41,7 @@ def readme() -> str:
 
 def test_config_reference_matches_the_settings_code(reference: ModuleType, readme: str) -> None:
     assert reference.current_block(readme) == reference.render(), (
-        "README.md's configuration reference differs from proxy/settings.py and "
+        "README.md's configuration reference differs from session/config/settings.py and "
         "compression/options.py; regenerate it "
         f"with: {reference.COMMAND}"
     )

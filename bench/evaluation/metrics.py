@@ -17,10 +17,10 @@ from bench.evaluation.recall import ProbeOutcome
 from bench.evaluation.recoverable import Recoverable, recoverable_of
 from bench.evaluation.replay import Replay
 from compression import CompressionInvariantError, check_invariants
-from compression.handoff import handoff_text, parse_handoff
+from compression.assembly.planning import budgets_for
 from compression.options import CompressorOptions
-from compression.planning import budgets_for
-from compression.prompts import USER_CLOSE, USER_OPEN
+from compression.summary.handoff import handoff_text, parse_handoff
+from compression.summary.prompts import USER_CLOSE, USER_OPEN
 from compression.thresholds import limits_for
 from tests.simulator import Received
 from tests.simulator.tokens import count_text, message_tokens

@@ -2,7 +2,8 @@
 
 A request's tokens shared with the previous request of its arm (`cached_prefix`) are what a
 prompt cache serves; the rest are new. Priced two ways, with the default prices of
-proxy/settings.py: OpenAI-style (gpt-4.1: cached input at 25%, new tokens at the input price)
+session/config/settings.py:
+OpenAI-style (gpt-4.1: cached input at 25%, new tokens at the input price)
 and Anthropic-style (claude-sonnet-4: cache reads at 10%, new tokens written to the cache at
 125%, as a client with a breakpoint at the end of its prompt pays). Summary calls are never
 cached. Output tokens are left out: every arm replays the same answers. The per-request
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 from bench.evaluation.runner import EvalResults
 from bench.evaluation.tables import share, table
-from proxy.ledger.tiers import Split, cost
-from proxy.prices import DEFAULT_PRICES, Price
+from session.config.prices import DEFAULT_PRICES, Price
+from session.ledger.tiers import Split, cost
 
 
 def _price(model: str) -> Price:

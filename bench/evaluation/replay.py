@@ -29,7 +29,7 @@ from bench.evaluation.needles import needle_key
 from bench.evaluation.recall import ProbeOutcome, ask_probes
 from bench.evaluation.recoverable import fetch_archive
 from bench.evaluation.search_hits import identifiers, search_hits
-from proxy.core.identity import scope_for
+from session.identity import scope_for
 from storage import SessionKey
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import (

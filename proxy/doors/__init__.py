@@ -8,5 +8,5 @@ hides the recall tool. Each door is a subpackage (`chat/`, `responses/`, `messag
 (`sse_data.py`), and the stream relay that passes an upstream's events on and shows the door's
 watch what it needs (`streaming.py`).
 
-May import: proxy.provider, proxy.settings, proxy.errors.
+May import: proxy.provider, session.config.settings, session.errors.
 """

@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import orjson
 
-from compression.types import ToolSchema
-from proxy.errors import BadRequest
+from compression.messages.types import ToolSchema
+from session.errors import BadRequest
 
 
 def json_object(raw: bytes) -> dict[str, Any]:

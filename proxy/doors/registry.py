@@ -4,17 +4,35 @@ in `DOORS`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from proxy.doors.chat.door import ChatDoor
-from proxy.doors.frontdoor import FrontDoor
 from proxy.doors.gemini.door import GeminiDoor
+from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.messages.door import MessagesDoor
 from proxy.doors.responses.door import ResponsesDoor
+from session.ports.door import FrontDoor, WireRequest
 
-DOORS: tuple[FrontDoor, ...] = (ChatDoor(), ResponsesDoor(), MessagesDoor(), GeminiDoor())
 
-BY_PATH: Mapping[str, FrontDoor] = {path: door for door in DOORS for path in door.paths}
-BY_API: Mapping[str, FrontDoor] = {door.api: door for door in DOORS}
+class Door(FrontDoor, Protocol):
+    """A front door as the gateway uses it: it may parse a body that grew from an earlier one."""
+
+    grows: str | None  # the body's array a grown body adds to, when `parse` can use `earlier`
+
+    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+        """The request, or BadRequest saying what is wrong with it.
+
+        `earlier` holds bodies this door parsed before (None when `grows` is None or
+        `server.parsed_request_bytes` is 0): a body that grew out of one of them is parsed,
+        checked and converted only as far as it is new.
+        """
+        ...
+
+
+DOORS: tuple[Door, ...] = (ChatDoor(), ResponsesDoor(), MessagesDoor(), GeminiDoor())
+
+BY_PATH: Mapping[str, Door] = {path: door for door in DOORS for path in door.paths}
+BY_API: Mapping[str, Door] = {door.api: door for door in DOORS}
 APIS = tuple(BY_API)
 
 

@@ -28,12 +28,13 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from compression.state import EngineState
-from proxy.core.compaction import manual_answer
-from proxy.core.provenance import replaced_positions
 from proxy.edge.dashboard import router as dashboard_router
 from proxy.edge.services import Services
-from proxy.errors import NotFound, invalid_request
-from proxy.ledger.savings import Tally, charge_json, per_session, savings_json, tally
+from proxy.errors import invalid_request
+from session.compaction import manual_answer
+from session.errors import NotFound
+from session.ledger.savings import Tally, charge_json, per_session, savings_json, tally
+from session.provenance import replaced_positions
 from storage import (
     PROMPT_TOKENS_PENDING,
     ArchiveFacts,
@@ -41,7 +42,7 @@ from storage import (
     SessionKey,
     SessionRecord,
 )
-from storage.savings import ShadowGroup
+from storage.rows.charges import ShadowGroup
 
 MAX_PAGE = 500
 

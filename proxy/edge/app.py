@@ -16,8 +16,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from compression.engine import ContextEngine
-from proxy.doors.frontdoor import FrontDoor
-from proxy.doors.registry import BY_PATH
+from proxy.doors.registry import BY_PATH, Door
 from proxy.edge.admin import router as admin_router
 from proxy.edge.gemini_routes import ENVELOPE as GEMINI_ENVELOPE
 from proxy.edge.gemini_routes import door_for as gemini_door
@@ -27,8 +26,9 @@ from proxy.edge.relay import router as relay_router
 from proxy.edge.responses_routes import router as responses_router
 from proxy.edge.routes import header_dict, read_request_body, router
 from proxy.edge.services import Services, build_engine, start_services
-from proxy.errors import ProxyError, error_response, invalid_request
-from proxy.settings import Settings
+from proxy.errors import error_response, invalid_request
+from session.config.settings import Settings
+from session.errors import ProxyError
 from storage import SessionStore
 
 log = logging.getLogger("ctxgate")
@@ -80,7 +80,7 @@ class CtxgateApp(FastAPI):
                 return
         await super().__call__(scope, receive, send)
 
-    async def _serve(self, door: FrontDoor, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(self, door: Door, scope: Scope, receive: Receive, send: Send) -> None:
         services: Services = self.state.services
         try:
             headers = header_dict(scope["headers"])

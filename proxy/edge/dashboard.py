@@ -12,7 +12,7 @@ from importlib.resources import files
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from proxy.errors import NotFound
+from session.errors import NotFound
 
 router = APIRouter(include_in_schema=False)
 

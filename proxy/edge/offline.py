@@ -13,18 +13,18 @@ from typing import Any
 
 import orjson
 
+from compression.counting.tokens import counter_for_model
 from compression.engine import CompressionContext
-from compression.tokens import counter_for_model
-from proxy.core.summarizer import UpstreamSummarizer, summary_route
 from proxy.doors.chat.request import parse_chat_request
-from proxy.doors.frontdoor import WireRequest
 from proxy.doors.registry import BY_API, summary_door
 from proxy.edge.services import build_engine
-from proxy.errors import ProxyError
-from proxy.provider.headers import upstream_request_headers
 from proxy.provider.transport import new_http_transport
 from proxy.provider.upstream import Upstream
-from proxy.settings import Settings
+from session.config.settings import Settings
+from session.errors import ProxyError
+from session.ports.door import WireRequest
+from session.ports.headers import upstream_request_headers
+from session.summarizer import UpstreamSummarizer, summary_route
 
 
 def _bodies(path: str) -> list[bytes]:

@@ -28,12 +28,12 @@ from starlette.types import Receive
 
 from proxy.doors.streaming import EventStreamResponse
 from proxy.edge.routes import header_dict, read_body, services_of
-from proxy.errors import BadRequest, RequestTimeout, unknown_model
-from proxy.provider.headers import client_response_headers, upstream_request_headers
 from proxy.provider.upstream import Upstream
+from session.errors import BadRequest, RequestTimeout, unknown_model
+from session.ports.headers import client_response_headers, upstream_request_headers
 
 if TYPE_CHECKING:
-    from proxy.settings import Settings
+    from session.config.settings import Settings
 
 router = APIRouter()
 

@@ -23,14 +23,14 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from proxy.core.identity import identify, scope_for
 from proxy.doors.responses.door import ResponsesDoor
 from proxy.doors.responses.render import to_items
 from proxy.edge.relay import answered
 from proxy.edge.services import Services
-from proxy.errors import BadRequest, unknown_model
-from proxy.provider.headers import upstream_request_headers
-from proxy.settings import ModelRule
+from session.config.settings import ModelRule
+from session.errors import BadRequest, unknown_model
+from session.identity import identify, scope_for
+from session.ports.headers import upstream_request_headers
 
 COMPACT_PATH = "/responses/compact"
 DOOR = ResponsesDoor()

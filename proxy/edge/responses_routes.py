@@ -17,13 +17,13 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from proxy.core.gateway import served_rule
 from proxy.edge.relay import answered
 from proxy.edge.responses_compaction import compact
 from proxy.edge.routes import header_dict, read_request_body, services_of
-from proxy.errors import BadRequest
-from proxy.provider.headers import upstream_request_headers
+from proxy.gateway.gateway import served_rule
 from proxy.provider.upstream import Upstream
+from session.errors import BadRequest
+from session.ports.headers import upstream_request_headers
 
 router = APIRouter()
 _API = "responses"

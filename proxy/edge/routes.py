@@ -13,13 +13,13 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
-from proxy.core.compaction import manual_answer
-from proxy.core.identity import canonical_session_id, scope_for
 from proxy.doors.registry import BY_PATH
 from proxy.edge.services import Services
 from proxy.edge.token_count import count_tokens
-from proxy.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout
-from proxy.provider.headers import upstream_request_headers
+from session.compaction import manual_answer
+from session.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout
+from session.identity import canonical_session_id, scope_for
+from session.ports.headers import upstream_request_headers
 from storage import SessionKey, StorageError
 
 router = APIRouter()

@@ -14,20 +14,21 @@ from typing import Any
 import httpx
 
 from compression.engine import ContextEngine
-from proxy.core.auth import Authenticator
-from proxy.core.compaction import Compactor
-from proxy.core.conversations import Conversations
-from proxy.core.gateway import Gateway
-from proxy.core.metrics import Metrics
-from proxy.core.models import Models
-from proxy.core.pressure import measure
-from proxy.core.recall import Recaller
-from proxy.core.sessions import Sessions
-from proxy.ledger.book import Ledger
-from proxy.ledger.shadow import Shadow
+from proxy.doors.registry import summary_door
+from proxy.gateway.auth import Authenticator
+from proxy.gateway.gateway import Gateway
 from proxy.provider.transport import new_http_transport
 from proxy.provider.upstream import Upstream
-from proxy.settings import Settings
+from session.compaction import Compactor
+from session.config.settings import Settings
+from session.conversations import Conversations
+from session.ledger.book import Ledger
+from session.ledger.shadow import Shadow
+from session.memory import Sessions
+from session.metrics import Metrics
+from session.models import Models
+from session.pressure import measure
+from session.recall import Recaller
 from storage import RetentionPolicy, SessionLocks, SessionStore, Sweeper
 
 
@@ -117,7 +118,7 @@ async def start_services(
     sessions = Sessions(store, clock, settings.server.held_request_bytes)
     ledger = Ledger(settings, store, metrics.charged, clock)
     conversations = Conversations(
-        settings, store, compactor, upstreams, models, sessions, clock, ledger
+        settings, store, compactor, upstreams, models, sessions, clock, summary_door, ledger
     )
     auth = Authenticator(settings.auth)
     recaller = Recaller(
@@ -134,7 +135,7 @@ async def start_services(
         metrics,
     )
     shadow = Shadow(settings.compression.shadow, store, ledger, metrics.shadowed, clock=clock)
-    gateway = Gateway(settings, conversations, auth, metrics, recaller, ledger, shadow)
+    gateway = Gateway(settings, conversations, auth, metrics, recaller, upstreams, ledger, shadow)
     sweeper = retention_sweeper(settings, store, locks.owner)
     return Services(
         settings,

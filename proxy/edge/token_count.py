@@ -8,11 +8,12 @@ from collections.abc import Mapping
 import orjson
 from starlette.responses import Response
 
-from proxy.core.gateway import Gateway, served_rule
-from proxy.core.identity import identify, scope_for
 from proxy.doors.registry import BY_API
-from proxy.errors import ProxyError, error_response
-from proxy.provider.headers import client_response_headers, upstream_request_headers
+from proxy.errors import error_response
+from proxy.gateway.gateway import Gateway, served_rule
+from session.errors import ProxyError
+from session.identity import identify, scope_for
+from session.ports.headers import client_response_headers, upstream_request_headers
 
 UPSTREAM_PATH = "/messages/count_tokens"
 _DOOR = BY_API["messages"]

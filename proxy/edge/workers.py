@@ -13,7 +13,7 @@ Workers are spawned (fresh interpreters, given their socket and the settings the
 read once) and each builds its own app. They share the database (SQLite in WAL mode
 on one host, or PostgreSQL), whose leases already serialise one session's compressions across
 processes, and prometheus_client's multiprocess mode in a directory of this run, which
-`/metrics` adds up (proxy.core.metrics).
+`/metrics` adds up (session.metrics).
 
 SIGTERM or SIGINT: every worker gets SIGTERM and drains (uvicorn's graceful shutdown: no new
 connections, in-flight requests finish, then the app's shutdown writes out queued usage), and
@@ -45,11 +45,11 @@ from types import FrameType
 
 import uvicorn
 
-from proxy.core.metrics import MULTIPROCESS_ENV, process_gone
 from proxy.edge.app import create_app
 from proxy.edge.logs import configure_logging
 from proxy.edge.services import build_engine
-from proxy.settings import Settings
+from session.config.settings import Settings
+from session.metrics import MULTIPROCESS_ENV, process_gone
 
 log = logging.getLogger("ctxgate")
 

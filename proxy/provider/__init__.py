@@ -5,5 +5,5 @@ httpx's transport seam); `headers.py` says which headers cross in each direction
 `overflow.py` recognises "the prompt does not fit" in each provider dialect's errors;
 `images.py` shrinks images a provider refused as too large.
 
-May import: proxy.settings, proxy.errors.
+May import: session.config.settings, session.errors.
 """

@@ -12,9 +12,9 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from proxy.errors import ProxyError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
-from proxy.provider.headers import client_response_headers, wire_headers
-from proxy.settings import UpstreamSettings
+from session.config.settings import UpstreamSettings
+from session.errors import ProxyError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
+from session.ports.headers import client_response_headers, wire_headers
 
 
 def map_transport_error(exc: httpx.HTTPError, upstream: UpstreamSettings) -> ProxyError:

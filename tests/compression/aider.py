@@ -8,7 +8,7 @@ the current message.
 
 from __future__ import annotations
 
-from compression.types import Message
+from compression.messages.types import Message
 from tests.simulator.tokens import count_text
 
 REMINDER = (

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from compression.engine import CompressionContext, Summarizer
+from compression.messages.types import Message, ToolCall
 from compression.state import EngineState
-from compression.types import Message, ToolCall
 from tests.compression.counters import CharCounter
 
 # A copy of ../shared/corpus is kept in the repository so that CI has it on a clean machine.

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from compression.types import Message, ToolSchema
+from compression.messages.types import Message, ToolSchema
 
 PER_MESSAGE = 4
 PRIMING = 3

@@ -3,14 +3,14 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
+from compression.assembly.invariants import check_invariants
 from compression.compressor import Compressor
 from compression.engine import CompressionResult
-from compression.handoff import parse_handoff, view_summaries
-from compression.invariants import check_invariants
+from compression.messages.types import Message
 from compression.options import CompressorOptions
-from compression.prompts import END_MARKER, IN_PROGRESS_MARKER, SUMMARY_PREFIX
 from compression.state import EngineState, record_real_usage
-from compression.types import Message
+from compression.summary.handoff import parse_handoff, view_summaries
+from compression.summary.prompts import END_MARKER, IN_PROGRESS_MARKER, SUMMARY_PREFIX
 from tests.compression.builders import (
     agent_session,
     call,

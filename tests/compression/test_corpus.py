@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from compression.assembly.invariants import check_invariants
+from compression.assembly.planning import newest_user
 from compression.compressor import Compressor
 from compression.engine import TokenCounter
-from compression.handoff import user_text
-from compression.invariants import check_invariants
-from compression.planning import newest_user
+from compression.summary.handoff import user_text
 from tests.compression.builders import CORPUS, context, corpus_conversations, text_of
 from tests.compression.counters import CharCounter
 from tests.compression.summarizers import ScriptedSummarizer
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not CORPUS.exists(), reason="the shared corpus i
 
 def production_counter() -> TokenCounter:
     try:
-        from compression.tokens import counter_for_model
+        from compression.counting.tokens import counter_for_model
     except ImportError:
         return CharCounter()
     return counter_for_model("gpt-4o")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 from compression.compressor import Compressor
+from compression.messages.types import ToolSchema
 from compression.state import EngineState
-from compression.types import ToolSchema
 from tests.compression.builders import agent_session, context, system, user
 from tests.compression.counters import CharCounter
 from tests.compression.summarizers import ScriptedSummarizer

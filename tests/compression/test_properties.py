@@ -8,12 +8,12 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from compression.assembly.invariants import check_invariants
 from compression.compressor import Compressor
 from compression.engine import SummaryCallError, SummaryReply
-from compression.handoff import Handoff, handoff_text, parse_handoff, render_handoff
-from compression.invariants import check_invariants
+from compression.messages.types import ContentPart, Message
 from compression.options import CompressorOptions
-from compression.types import ContentPart, Message
+from compression.summary.handoff import Handoff, handoff_text, parse_handoff, render_handoff
 from tests.compression.builders import context, text_of
 from tests.compression.counters import CharCounter
 from tests.compression.summarizers import SUMMARY_BODY, ScriptedSummarizer

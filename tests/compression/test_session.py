@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from compression.assembly.invariants import check_invariants
 from compression.compressor import Compressor
-from compression.handoff import parse_handoff, view_summaries
-from compression.invariants import check_invariants
+from compression.messages.types import Message
 from compression.state import EngineState, record_real_usage
-from compression.types import Message
+from compression.summary.handoff import parse_handoff, view_summaries
 from tests.compression.builders import context, reply, system, text_of, tool_round, user
 from tests.compression.counters import CharCounter
 from tests.compression.summarizers import ScriptedSummarizer

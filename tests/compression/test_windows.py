@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from compression.calibration import Calibration
+from compression.assembly.invariants import check_invariants
 from compression.compressor import Compressor
+from compression.counting.calibration import Calibration
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
-from compression.invariants import check_invariants
+from compression.messages.types import Message
 from compression.state import EngineState
-from compression.types import Message
 from tests.compression.builders import context, system, tool_round, user
 from tests.compression.counters import CharCounter
 from tests.compression.summarizers import ScriptedSummarizer

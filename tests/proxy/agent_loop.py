@@ -13,7 +13,7 @@ from typing import Any
 
 import openai
 
-from compression.tokens import counter_for_model
+from compression.counting.tokens import counter_for_model
 from tests.simulator import Reply, Simulator, is_summary_request
 
 SYSTEM = (

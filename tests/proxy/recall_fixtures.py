@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from compression.handles import RECALL_TOOL
-from compression.types import ToolSchema
+from compression.messages.types import ToolSchema
+from compression.summary.handles import RECALL_TOOL
 from tests.simulator import Fail, Simulator
 
 RECALL: ToolSchema = {

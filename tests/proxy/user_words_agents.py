@@ -1,6 +1,6 @@
 """Agents shaped as the clients of each wire API, for the user-words tests: a plain chat agent,
 Codex on the Responses API and Claude Code on Anthropic Messages, each running tool turns against
-the provider simulator while the user speaks up along the way (tests/proxy/core/test_user_words.py).
+the provider simulator while the user speaks up along the way (tests/session/test_user_words.py).
 """
 
 from __future__ import annotations

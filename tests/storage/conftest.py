@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from storage import SessionStore
-from storage.db import Database
+from storage.database.db import Database
 from tests.storage.factories import FakeClock
 
 PG_ENV = "CTXGATE_TEST_PG_URL"

@@ -10,9 +10,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import CompressionCommit, EventRecord, SessionKey, codec
-from storage import sessions as sessions_module
-from storage.db import Database
-from storage.tables import checkpoints, metadata
+from storage.database.db import Database
+from storage.database.tables import checkpoints, metadata
+from storage.rows import sessions as sessions_module
 
 T0 = 1_700_000_000.0
 

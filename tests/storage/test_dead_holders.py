@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from storage import SessionKey, SessionLocks, SessionStore, wait_budget
-from storage.owners import holder_is_dead, new_owner, parse_owner
+from storage.database.owners import holder_is_dead, new_owner, parse_owner
 
 SK = SessionKey("scope-a", "session-1")
-PRINT_OWNER = "from storage.owners import new_owner; print(new_owner(), flush=True)"
+PRINT_OWNER = "from storage.database.owners import new_owner; print(new_owner(), flush=True)"
 
 
 def dead_owner() -> str:

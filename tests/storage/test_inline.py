@@ -10,9 +10,11 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import Select, bindparam, column, select, table
 
-from storage import SessionKey, SessionStore, UsageRecord, checkpoints, sessions, tables
-from storage.db import Database
-from storage.inline import Executor
+from storage import SessionKey, SessionStore, UsageRecord
+from storage.database import tables
+from storage.database.db import Database
+from storage.database.inline import Executor
+from storage.rows import checkpoints, sessions
 from tests.storage.factories import FakeClock, chain_digests, commit, history
 
 SK = SessionKey("scope-a", "session-1")

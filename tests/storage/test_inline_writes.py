@@ -13,8 +13,8 @@ from sqlalchemy import column, select, table
 from sqlalchemy import insert as insert_into
 
 from storage import SessionKey, SessionStore, UsageRecord
-from storage.db import CHECKPOINT_EVERY, Database
-from storage.inline import Executor
+from storage.database.db import CHECKPOINT_EVERY, Database
+from storage.database.inline import Executor
 from storage.store import INLINE_USAGE_RECORDS
 
 SK = SessionKey("scope-a", "session-1")

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import Fork, SessionKey, SessionStore, UsageRecord
-from storage.db import Database
+from storage.database.db import Database
 from tests.storage.factories import FakeClock, chain_digests, commit, history
 
 SK = SessionKey("scope-a", "task")

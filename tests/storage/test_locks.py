@@ -5,8 +5,8 @@ import pytest
 from sqlalchemy import select
 
 from storage import LockTimeout, SessionKey, SessionLocks, SessionStore
-from storage.db import Database
-from storage.tables import leases
+from storage.database.db import Database
+from storage.database.tables import leases
 from tests.storage.factories import FakeClock
 
 SK = SessionKey("scope-a", "session-1")

@@ -23,10 +23,10 @@ from storage import (
     Sweeper,
     UsageRecord,
     daily_usage,
-    retention,
 )
-from storage.db import Database
-from storage.retention import daily_totals, turn_holder
+from storage.database.db import Database
+from storage.rows import retention
+from storage.rows.retention import daily_totals, turn_holder
 from tests.proxy.agent_loop import AgentLoop
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator

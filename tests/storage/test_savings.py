@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from storage import SessionKey, SessionStore
-from storage.savings import ChargeGroup, ChargeRow, ShadowGroup, ShadowRow
+from storage.rows.charges import ChargeGroup, ChargeRow, ShadowGroup, ShadowRow
 
 A = SessionKey("s", "a")
 B = SessionKey("s", "b")

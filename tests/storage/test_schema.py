@@ -7,9 +7,9 @@ from sqlalchemy import Connection, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import SessionKey, SessionStore, StorageError
-from storage.db import Database
-from storage.migrations import MIGRATIONS, Migration, ensure_schema
-from storage.tables import schema_version
+from storage.database.db import Database
+from storage.database.migrations import MIGRATIONS, Migration, ensure_schema
+from storage.database.tables import schema_version
 
 
 async def _versions(url: str) -> list[int]:

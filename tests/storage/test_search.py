@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import SessionKey, SessionStore, search
-from storage.db import Database
-from storage.search import TABLE
-from storage.terms import MAX_TERM, STOP_WORDS, search_terms
+from storage import SessionKey, SessionStore
+from storage.database.db import Database
+from storage.rows import search
+from storage.rows.search import TABLE
+from storage.rows.terms import MAX_TERM, STOP_WORDS, search_terms
 from tests.storage.factories import chain_digests, commit, history
 
 SK = SessionKey("scope-a", "session-1")

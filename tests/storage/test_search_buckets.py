@@ -14,10 +14,11 @@ import pytest
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import SessionKey, SessionStore, codec, search
-from storage.db import Database
-from storage.tables import sessions
-from storage.terms import search_terms
+from storage import SessionKey, SessionStore, codec
+from storage.database.db import Database
+from storage.database.tables import sessions
+from storage.rows import search
+from storage.rows.terms import search_terms
 from tests.storage.conftest import PG_ENV, _reset_postgres
 from tests.storage.factories import chain_digests, commit, history
 

@@ -8,8 +8,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage import SessionKey, SessionStore, search
-from storage.db import Database
+from storage import SessionKey, SessionStore
+from storage.database.db import Database
+from storage.rows import search
 from tests.storage.factories import chain_digests, commit, history
 
 SK = SessionKey("scope-a", "quiet")

@@ -15,16 +15,16 @@ from typing import Any
 import orjson
 
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
-from compression.types import Message, ToolSchema
+from compression.messages.types import Message, ToolSchema
 from proxy.doors.bodies import with_tools
-from proxy.doors.chat import recall as chat_recall
-from proxy.doors.chat.recall import ChatAnswerStream, ChatCallFilter
+from proxy.doors.chat import recall_tool as chat_recall
+from proxy.doors.chat.recall_tool import ChatAnswerStream, ChatCallFilter
 from proxy.doors.chat.request import client_wants_usage, parse_chat_request
-from proxy.doors.frontdoor import AnswerCalls, Usage, WireRequest
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.streaming import error_event, error_status
-from proxy.errors import ProxyError
-from proxy.provider.overflow import Overflow, classify_overflow
+from session.errors import ProxyError
+from session.overflow import Overflow, classify_overflow
+from session.ports.door import AnswerCalls, Usage, WireRequest
 
 _USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')

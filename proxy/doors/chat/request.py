@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from compression.tokens import IMAGE_PARTS
-from compression.types import Message, ToolSchema
+from compression.counting.tokens import IMAGE_PARTS
+from compression.messages.types import Message, ToolSchema
 from proxy.doors.bodies import json_object, json_type, missing_or_type, required_model
-from proxy.doors.frontdoor import WireRequest
 from proxy.doors.grown_bodies import Grown, GrownBodies
-from proxy.errors import BadRequest
+from session.errors import BadRequest
+from session.ports.door import WireRequest
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 

@@ -5,7 +5,7 @@ signatures kept byte for byte with their turn) and `pairs.py` puts them back int
 every call paired, `events.py` reads answers and streams,
 `recall.py` offers, reads and hides ctxgate's own tool.
 
-May import: proxy.doors.frontdoor, proxy.doors.bodies, proxy.doors.grown_bodies,
-proxy.doors.sse_data, proxy.doors.streaming, proxy.provider, proxy.settings, proxy.errors
+May import: session.ports.door, proxy.doors.bodies, proxy.doors.grown_bodies,
+proxy.doors.sse_data, proxy.doors.streaming, proxy.provider, session.config.settings, session.errors
 (not another door, nor the registry that imports them all).
 """

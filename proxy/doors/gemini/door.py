@@ -16,14 +16,15 @@ from typing import Any
 import orjson
 
 from compression.engine import SummaryCall, SummaryReply
-from compression.types import Message, ToolSchema
-from proxy.doors.frontdoor import AnswerCalls, Usage, WireRequest
-from proxy.doors.gemini import events, recall
+from compression.messages.types import Message, ToolSchema
+from proxy.doors.gemini import events
+from proxy.doors.gemini import recall_tool as recall
 from proxy.doors.gemini.parts import render_view
 from proxy.doors.gemini.request import read_body
 from proxy.doors.grown_bodies import GrownBodies
-from proxy.errors import ProxyError, UpstreamStatus
-from proxy.provider.overflow import Overflow, classify_overflow
+from session.errors import ProxyError, UpstreamStatus
+from session.overflow import Overflow, classify_overflow
+from session.ports.door import AnswerCalls, Usage, WireRequest
 
 GENERATE = "generateContent"
 STREAM = "streamGenerateContent"

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
-from proxy.doors.frontdoor import Usage
 from proxy.doors.sse_data import json_object
+from session.ports.door import Usage
 
 # Google's canonical status names for the HTTP statuses ctxgate answers with.
 STATUS_NAMES = {

@@ -33,8 +33,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.types import ContentPart, Message, ToolCall
-from proxy.doors.frontdoor import original_of, with_original
+from compression.messages.types import ContentPart, Message, ToolCall
 from proxy.doors.gemini.pairs import (
     DUMMY_SIGNATURE,
     SIGNATURE,
@@ -46,6 +45,7 @@ from proxy.doors.gemini.pairs import (
     merged,
     repaired,
 )
+from session.ports.door import original_of, with_original
 
 POSITIONAL = "gemini-pos-"  # ids ctxgate gave calls that had none; never sent upstream
 _CHAT_FIELDS = ("role", "content", "tool_calls", "tool_call_id")

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compression.types import Message, ToolSchema
+from compression.messages.types import Message, ToolSchema
 from proxy.doors.bodies import json_object
 from proxy.doors.gemini.parts import to_chat
-from proxy.errors import BadRequest
+from session.errors import BadRequest
 
 IMAGE_KEYS = (b'"inlineData"', b'"fileData"')
 

@@ -33,9 +33,9 @@ from typing import Any, TypedDict, cast
 
 import orjson
 
-from compression.types import ContentPart, Message, ToolCall
-from proxy.doors.frontdoor import original_of, with_original
-from proxy.doors.messages.compaction import HEAD, compaction_cut, compaction_head
+from compression.messages.types import ContentPart, Message, ToolCall
+from proxy.doors.messages.compaction_blocks import HEAD, compaction_cut, compaction_head
+from session.ports.door import original_of, with_original
 
 _THINKING = frozenset({"thinking", "redacted_thinking"})
 _CHAT_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")

@@ -15,16 +15,17 @@ from typing import Any, cast
 import orjson
 
 from compression.engine import SummaryCall, SummaryReply
-from compression.types import Message, ToolSchema
-from proxy.doors.frontdoor import ORIGINAL, AnswerCalls, Usage, WireRequest, original_of
+from compression.messages.types import Message, ToolSchema
 from proxy.doors.grown_bodies import GrownBodies
-from proxy.doors.messages import events, recall
+from proxy.doors.messages import events
+from proxy.doors.messages import recall_tool as recall
 from proxy.doors.messages.blocks import render_view
 from proxy.doors.messages.cache import place_breakpoints
-from proxy.doors.messages.compaction import dead_prefix
+from proxy.doors.messages.compaction_blocks import dead_prefix
 from proxy.doors.messages.request import read_body
-from proxy.errors import ProxyError, UpstreamStatus
-from proxy.provider.overflow import Overflow, classify_overflow
+from session.errors import ProxyError, UpstreamStatus
+from session.overflow import Overflow, classify_overflow
+from session.ports.door import ORIGINAL, AnswerCalls, Usage, WireRequest, original_of
 
 
 class MessagesDoor:

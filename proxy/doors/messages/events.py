@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
-from proxy.doors.frontdoor import Usage
 from proxy.doors.sse_data import json_object
+from session.ports.door import Usage
 
 # The API's error types and the statuses it sends them with.
 ERROR_STATUS = {

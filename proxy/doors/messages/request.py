@@ -12,13 +12,13 @@ from typing import Any, cast
 
 import orjson
 
-from compression.types import Message, ToolSchema
+from compression.messages.types import Message, ToolSchema
 from proxy.doors.bodies import json_object
-from proxy.doors.frontdoor import original_of
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.messages.blocks import WireMessage, from_wire, to_chat
-from proxy.doors.messages.compaction import HEAD, holds_compaction
-from proxy.errors import BadRequest
+from proxy.doors.messages.compaction_blocks import HEAD, holds_compaction
+from session.errors import BadRequest
+from session.ports.door import original_of
 
 _ROLES = frozenset({"user", "assistant", "system"})
 # Older Claude Code versions: "user_<hash>_account_<uuid>_session_<uuid>".

@@ -3,7 +3,7 @@
 `compaction` item, `compaction.py`) and `render.py` back,
 `stream.py` watches its event stream, `recall.py` offers, reads and hides ctxgate's own tool.
 
-May import: proxy.doors.frontdoor, proxy.doors.bodies, proxy.doors.grown_bodies,
-proxy.doors.sse_data, proxy.doors.streaming, proxy.provider, proxy.settings, proxy.errors
+May import: session.ports.door, proxy.doors.bodies, proxy.doors.grown_bodies,
+proxy.doors.sse_data, proxy.doors.streaming, proxy.provider, session.config.settings, session.errors
 (not another door, nor the registry that imports them all).
 """

@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from compression.engine import SummaryCall, SummaryReply
-from compression.types import Message, ToolSchema
-from proxy.doors.frontdoor import AnswerCalls, Usage, WireRequest
+from compression.messages.types import Message, ToolSchema
 from proxy.doors.grown_bodies import GrownBodies
-from proxy.doors.responses import recall as responses_recall
+from proxy.doors.responses import recall_tool as responses_recall
 from proxy.doors.responses import stream as responses_stream
 from proxy.doors.responses import wire as responses_wire
-from proxy.doors.responses.recall import ResponsesAnswerStream, ResponsesCallFilter
+from proxy.doors.responses.recall_tool import ResponsesAnswerStream, ResponsesCallFilter
 from proxy.doors.responses.stream import ResponsesWatch
-from proxy.errors import ProxyError
-from proxy.provider.overflow import Overflow
+from session.errors import ProxyError
+from session.overflow import Overflow
+from session.ports.door import AnswerCalls, Usage, WireRequest
 
 
 class ResponsesDoor:

@@ -31,10 +31,10 @@ from typing import Any, cast
 
 import orjson
 
-from compression.types import Message, ToolCall
-from proxy.doors.frontdoor import ORIGINAL
-from proxy.doors.responses.compaction import HEAD, compaction_cut, head_text
+from compression.messages.types import Message, ToolCall
+from proxy.doors.responses.compaction_items import HEAD, compaction_cut, head_text
 from proxy.doors.responses.parts import chat_content
+from session.ports.door import ORIGINAL
 
 Item = dict[str, Any]
 INSTRUCTIONS_MARK: dict[str, str] = {"body_field": "instructions"}

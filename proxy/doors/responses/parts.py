@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from compression.types import ContentPart
-from proxy.doors.frontdoor import ORIGINAL
+from compression.messages.types import ContentPart
+from session.ports.door import ORIGINAL
 
 TEXT_TYPES = frozenset({"input_text", "output_text", "text"})
 KEPT_TYPES = frozenset({"input_image", "refusal"})

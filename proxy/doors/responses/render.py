@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from compression.content import content_text
-from compression.types import Message
-from proxy.doors.frontdoor import ORIGINAL
-from proxy.doors.responses.compaction import HEAD
+from compression.messages.content import content_text
+from compression.messages.types import Message
+from proxy.doors.responses.compaction_items import HEAD
 from proxy.doors.responses.items import (
     Item,
     item_kind,
@@ -28,6 +27,7 @@ from proxy.doors.responses.items import (
     unchanged,
 )
 from proxy.doors.responses.parts import fresh_text, wire_content
+from session.ports.door import ORIGINAL
 
 
 def to_items(view: Sequence[Message], known: Iterable[Message] = ()) -> list[Any]:

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from proxy.doors.frontdoor import Usage
-from proxy.provider.overflow import Overflow, classify_overflow
+from session.overflow import Overflow, classify_overflow
+from session.ports.door import Usage
 
 PREAMBLE = frozenset({"response.created", "response.in_progress"})
 FINISHED = frozenset({"response.completed", "response.incomplete"})

@@ -18,17 +18,17 @@ from typing import Any, cast
 
 import orjson
 
-from compression.content import content_text
 from compression.engine import SummaryCall, SummaryCallError, SummaryReply
-from compression.types import Message, ToolSchema
+from compression.messages.content import content_text
+from compression.messages.types import Message, ToolSchema
 from proxy.doors.bodies import json_object, required_model
-from proxy.doors.frontdoor import Usage, WireRequest
 from proxy.doors.grown_bodies import Grown, GrownBodies
-from proxy.doors.responses.compaction import compaction_cut, is_compaction
+from proxy.doors.responses.compaction_items import compaction_cut, is_compaction
 from proxy.doors.responses.items import Grouped, converted, grouped_from, regroup
 from proxy.doors.responses.render import to_items
 from proxy.doors.responses.stream import usage_of
-from proxy.errors import BadRequest
+from session.errors import BadRequest
+from session.ports.door import Usage, WireRequest
 
 PREVIOUS_RESPONSE = (
     "previous_response_id: the history is kept by the provider, where ctxgate cannot see it"

@@ -26,7 +26,7 @@ from proxy.config_file import parse_settings
 from proxy.edge.app import CtxgateApp, create_app
 from proxy.edge.logs import PlainFormatter, log_through
 from proxy.edge.services import Services
-from proxy.settings import APIS, Settings
+from session.config.settings import APIS, Settings
 
 OPENAI_DEFAULT = "https://api.openai.com/v1"
 ANTHROPIC_DEFAULT = "https://api.anthropic.com"

@@ -28,7 +28,7 @@ from proxy.config_file import load_settings
 from proxy.edge.run.agents import agent_for, launch
 from proxy.edge.run.embedded import EmbeddedServer, data_dir, free_port, log_to_file, run_settings
 from proxy.edge.run.figures import Figures, read_figures, summary
-from proxy.settings import Settings
+from session.config.settings import Settings
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 # What a terminal (or the shell, for a hangup) sends the whole foreground job at once.

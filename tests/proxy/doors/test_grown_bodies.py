@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.doors.chat.request import parse_chat_request
-from proxy.doors.frontdoor import IMAGE_MARK
 from proxy.doors.grown_bodies import FOREIGN_SKIPS, GrownBodies
 from proxy.doors.messages.request import read_body
 from proxy.doors.responses.wire import parse_request
-from proxy.errors import BadRequest
-from tests.proxy.doors.test_responses_items import history as responses_history
+from session.errors import BadRequest
+from session.ports.door import IMAGE_MARK
+from tests.proxy.doors.responses.test_items import history as responses_history
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator
 

@@ -13,7 +13,7 @@ import pytest
 
 from compression.options import CompressorOptions
 from compression.thresholds import limits_for
-from proxy.core.identity import scope_for
+from session.identity import scope_for
 from storage import SessionKey
 from tests.proxy.agent_loop import AgentLoop
 from tests.servers import ProxyServer, settings_for

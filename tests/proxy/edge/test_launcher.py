@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from proxy.config_file import parse_settings
-from proxy.core.metrics import Metrics
 from proxy.edge.cli import build_parser
 from proxy.edge.run.agents import AGENTS, OTHER, agent_for, gemini_headers, launch
 from proxy.edge.run.embedded import data_dir, run_document, upstreams_document
 from proxy.edge.run.figures import Figures, read_figures, summary
 from proxy.edge.run.launcher import attached_base, exit_code
+from session.metrics import Metrics
 from storage import SessionStore
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator

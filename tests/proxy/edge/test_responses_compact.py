@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from proxy.config_file import parse_settings
-from proxy.settings import Settings
+from session.config.settings import Settings
 from tests.proxy.responses_agent import INSTRUCTIONS, ResponsesAgent
 from tests.servers import ProxyServer
 from tests.simulator import ModelSpec, Simulator

@@ -29,10 +29,10 @@ import yaml
 from compression import check_invariants
 from proxy.config_file import SettingsError, parse_settings, worker_count
 from proxy.edge.cli import main
+from tests.deploy.test_crash import check_consistent, query
+from tests.deploy.test_replicas import MODEL, PG_ENV, WINDOW, history_over_threshold
 from tests.servers import free_port
 from tests.simulator import Hang, ModelSpec, Reply, Simulator
-from tests.test_crash import check_consistent, query
-from tests.test_replicas import MODEL, PG_ENV, WINDOW, history_over_threshold
 
 
 class Workers:

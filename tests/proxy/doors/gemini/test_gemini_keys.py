@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from proxy.config_file import SettingsError, parse_settings
-from proxy.provider.headers import bearer_token, upstream_request_headers
-from proxy.settings import UpstreamSettings
+from session.config.settings import UpstreamSettings
+from session.ports.headers import bearer_token, upstream_request_headers
 
 
 def _upstream(**fields: object) -> UpstreamSettings:

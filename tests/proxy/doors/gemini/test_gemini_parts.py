@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any, cast
 
-from compression.content import with_prefix, with_text
-from compression.types import Message
+from compression.messages.content import with_prefix, with_text
+from compression.messages.types import Message
 from proxy.doors.gemini.pairs import DUMMY_SIGNATURE
 from proxy.doors.gemini.parts import render_view, to_chat
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import orjson
 
-from compression.content import content_text
-from proxy.doors.frontdoor import ORIGINAL
+from compression.messages.content import content_text
 from proxy.doors.grown_bodies import GrownBodies
-from proxy.doors.responses.compaction import HEAD, compaction_cut
+from proxy.doors.responses.compaction_items import HEAD, compaction_cut
 from proxy.doors.responses.items import to_messages
 from proxy.doors.responses.render import to_items
 from proxy.doors.responses.wire import parse_request
+from session.ports.door import ORIGINAL
 
 
 def compaction(n: int) -> dict[str, Any]:

@@ -1,0 +1,195 @@
+"""What the handoff carries verbatim: the user's own messages and the anchors (pure).
+
+User messages: candidates are the real user messages of the summarized region (tool
+observations sent as `user` by text-action agents are not: they are summarized like tool
+results; nor is a client's canned opening) plus those an earlier summary in the region already
+carried. All of them are carried while `user_share` of the threshold allows; which go first
+when it binds, and how the rest are clipped, is `compression.verbatim.userwords`.
+
+Anchors: exact ids, paths and error names of everything summarized that is not otherwise
+kept verbatim (see `compression.verbatim.anchors`), within their own budget plus what the user
+messages left unused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from compression.assembly.planning import CutPlan
+from compression.counting.figures import Ledger
+from compression.messages.content import content_text
+from compression.messages.toolpairs import call_parts, tool_calls_of
+from compression.messages.types import Message
+from compression.options import CompressorOptions
+from compression.summary.handoff import Handoff, handoff_text, parse_handoff, user_text
+from compression.summary.prompts import ANCHORS_HEADER, USER_CLOSE, USER_MESSAGES_HEADER, USER_OPEN
+from compression.verbatim.anchors import AnchorIndex, Collector, select_anchors
+from compression.verbatim.instructions import states_instruction
+from compression.verbatim.observations import has_output_marker, observation_indices
+from compression.verbatim.preamble import preamble_end
+from compression.verbatim.userwords import Carried, Selection, mark_superseded, select_carried
+
+USER_TIER, AGENT_TIER, TOOLS_TIER = 0, 1, 2
+
+
+def carry_candidates(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    skip: int | None,
+    ledger: Ledger,
+    observations: frozenset[int] | None = None,
+    pinned: frozenset[int] = frozenset(),
+) -> list[Carried]:
+    """Oldest first. `skip` is the newest user message when it is restated separately;
+    `pinned` are messages the view keeps verbatim outside the summary.
+
+    The opening candidates are the user messages sent before the first reply, or else the
+    first message an earlier summary carried (where that summary kept the original request).
+    A client's canned opening (examples, acknowledged context) is neither: it is not carried.
+    """
+    if observations is None:
+        observations = observation_indices(messages, start, end)
+    canned = preamble_end(messages)
+    replied = any(_replies(message) for message in messages[canned:start])
+    found: list[Carried | str] = []  # a string: a user message kept in view anyway
+    for index in range(max(start, canned), end):
+        message = messages[index]
+        summary = handoff_text(message)
+        if summary is not None:
+            parsed = parse_handoff(summary)
+            if parsed is not None:
+                for text in parsed.handoff.user_messages:
+                    opening = not replied and not any(isinstance(f, Carried) for f in found)
+                    found.append(Carried(text, None, states_instruction(text), opening, index))
+            replied = True  # whatever the summary was merged into came after earlier turns
+        own = message.get("role") == "user" and index not in observations
+        if index == skip or not own or index in pinned:
+            if own:
+                found.append(user_text(message))
+            replied = replied or _replies(message)
+            continue
+        text = user_text(message)
+        if summary is not None and has_output_marker(text):
+            continue  # a tool observation the summary was merged into
+        if text.strip():
+            known = ledger.tokens[index] if summary is None else None
+            found.append(Carried(text, known, states_instruction(text), not replied, index))
+    return mark_superseded([*found, *_later_words(messages, end)])
+
+
+def _later_words(messages: Sequence[Message], end: int) -> list[str]:
+    """The user's own messages after the summarized region (they may take back one in it)."""
+    later = observation_indices(messages, end, len(messages))
+    return [
+        user_text(messages[index])
+        for index in range(end, len(messages))
+        if messages[index].get("role") == "user" and index not in later
+    ]
+
+
+def carry_need(
+    messages: Sequence[Message], head: int, ledger: Ledger, pinned: frozenset[int]
+) -> int:
+    """What carrying every user message after the head would cost (the tail's own included:
+    where the cut falls is not known yet, and the tail is short)."""
+    candidates = carry_candidates(messages, head, len(messages), None, ledger, pinned=pinned)
+    if not candidates:
+        return 0
+    count = ledger.counter.count_text
+    overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
+    sizes = (c.tokens if c.tokens is not None else count(c.text) for c in candidates)
+    return count(USER_MESSAGES_HEADER) + sum(size + overhead for size in sizes)
+
+
+def _replies(message: Message) -> bool:
+    return message.get("role") == "assistant" or handoff_text(message) is not None
+
+
+def anchor_candidates(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    per_tier: int,
+    observations: frozenset[int] | None = None,
+) -> tuple[list[str], ...]:
+    """Anchors of `messages[start:end]` by tier, newest first (`per_tier` bounds the scan)."""
+    if observations is None:
+        observations = observation_indices(messages, start, end)
+    collector = Collector(per_tier)
+    for index in range(end - 1, start - 1, -1):
+        if collector.done():
+            break
+        message = messages[index]
+        role = message.get("role")
+        summary = handoff_text(message)
+        if summary is not None:
+            parsed = parse_handoff(summary)
+            if parsed is not None:
+                _add_handoff(collector, parsed.handoff)
+            collector.scan(USER_TIER, user_text(message))
+        elif role == "user":
+            tier = TOOLS_TIER if index in observations else USER_TIER
+            collector.scan(tier, content_text(message))
+        elif role == "tool":
+            collector.scan(TOOLS_TIER, content_text(message))
+        else:
+            collector.scan(AGENT_TIER, _text(message))
+    return collector.candidates()
+
+
+def _add_handoff(collector: Collector, handoff: Handoff) -> None:
+    """An earlier handoff: its own anchors, then what its carried texts and body name."""
+    for tier, values in enumerate(handoff.anchors.tiers()):
+        collector.add(tier, values)
+    for text in reversed(handoff.user_messages):
+        collector.scan(USER_TIER, text)
+    collector.scan(AGENT_TIER, handoff.last_reply or "")
+    collector.scan(AGENT_TIER, handoff.body)
+
+
+def carry_section(
+    messages: Sequence[Message],
+    plan: CutPlan,
+    ledger: Ledger,
+    options: CompressorOptions,
+    count: Callable[[str], int],
+    kept: Sequence[Message | str],
+    pinned: frozenset[int] = frozenset(),
+    prose: Sequence[str] = (),
+) -> tuple[Selection, AnchorIndex]:
+    """The user messages and anchors a handoff carries for the plan's summarized region.
+
+    `kept` is what the compressed view holds verbatim besides (head, tail, …): a user message
+    it holds needs no copy, nor does an anchor. `prose` is what ctxgate wrote around them (the
+    summary body, the carried reply): it spares anchors, never a user message, since a real
+    summary model paraphrases what it quotes. `pinned` messages of the region are not carried.
+    """
+    start, end = plan.head_end, plan.tail_start
+    budgets = plan.budgets
+    kept_text = "\n".join(_text(item) for item in kept)
+    observations = observation_indices(messages, start, end)
+    candidates = carry_candidates(messages, start, end, plan.restate, ledger, observations, pinned)
+    overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
+    header = count(USER_MESSAGES_HEADER) if candidates else 0
+    # Exactly as a message of its own: a short message found inside a longer one is not kept.
+    own = {user_text(item) for item in kept if not isinstance(item, str)}
+    users = select_carried(candidates, budgets.carry - header, count, overhead, own.__contains__)
+    used = header + sum(count(text) + overhead for text in users.texts) if users.texts else 0
+    spare = max(0, budgets.carry - used)
+    room = min(budgets.anchors + spare, options.max_anchor_tokens) - count(ANCHORS_HEADER) - 4
+    if room <= 0:
+        return users, AnchorIndex()
+    present = "\n".join([*users.texts, kept_text, *prose])
+    # An anchor costs at least ~3 tokens with its separator: room // 3 per tier always fills.
+    tiers = anchor_candidates(messages, start, end, room // 3, observations)
+    return users, select_anchors(tiers, room, count, present.__contains__)
+
+
+def _text(item: Message | str) -> str:
+    """What a model reads of a message: its text and its tool-call arguments."""
+    if isinstance(item, str):
+        return item
+    parts = [content_text(item)]
+    parts += [call_parts(call)[1] or "" for call in tool_calls_of(item)]
+    return "\n".join(parts)

@@ -1,0 +1,147 @@
+"""The ledger's book: each upstream call's charge recorded, with its counterfactual.
+
+A client request's charge holds its billed tiers and what its uncompressed history would have
+been billed; the session's previous uncompressed prompt (this process's memory, else the
+newest row in the database) is that history's stable prefix. Summary calls, recall rounds
+and shadow calls are recorded as overheads. Recording runs after the client has its answer;
+a storage failure is logged and loses only the charge.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from compression.counting.calibration import Calibration
+from compression.engine import TokenCounter
+from compression.messages.types import Message, ToolSchema
+from session.config.settings import Settings
+from session.ledger.tiers import CACHE_TTL_S, Split, caching_of, cost, full_history_split, split_of
+from session.ports.door import Usage
+from storage import SessionKey, SessionStore, StorageError
+from storage.rows.charges import ChargeRow
+
+log = logging.getLogger("ctxgate.ledger")
+
+_REMEMBERED = 10_000  # sessions whose last uncompressed prompt this process keeps
+
+
+@dataclass(frozen=True, slots=True)
+class Charged:
+    """One recorded charge, for the metrics."""
+
+    model: str
+    kind: str  # request, summary, recall, shadow
+    billed: Split
+    full: Split | None  # the counterfactual of a client request
+    billed_usd: float | None  # None: the model has no price
+    full_usd: float | None
+
+
+class Ledger:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SessionStore,
+        observe: Callable[[Charged], None] = lambda charged: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.observe = observe
+        self.clock = clock
+        self._last: OrderedDict[SessionKey, tuple[int, float]] = OrderedDict()
+        self._caching: set[str] = set()  # models whose provider has reported cached tokens
+
+    async def request(
+        self,
+        sk: SessionKey,
+        model: str,
+        api: str,
+        usage: Usage,
+        full_prompt: int,
+        compressed: bool,
+        at: float,
+    ) -> Charged:
+        """Record a client request's charge; `full_prompt` is its uncompressed history's size.
+        A request forwarded as the client sent it is its own counterfactual."""
+        billed = split_of(usage)
+        if billed.cache_read:
+            self._caching.add(model)
+        if compressed:
+            previous = await self._previous(sk, at)
+            caching = caching_of(api, billed, model in self._caching)
+            full = full_history_split(previous, full_prompt, billed.output, caching)
+        else:
+            full, full_prompt = billed, billed.prompt
+        self._remember(sk, full_prompt, at)
+        row = ChargeRow(
+            sk, at, model, "request", compressed, billed.uncached, billed.cache_read,
+            billed.cache_write, billed.output, full.uncached, full.cache_read,
+            full.cache_write, full_prompt,
+        )  # fmt: skip
+        return self._record(row, billed, full)
+
+    async def overhead(
+        self, sk: SessionKey, model: str, kind: str, usage: Usage | None, compressed: bool = True
+    ) -> Charged | None:
+        """Record a call made for ctxgate's own sake (a summary, a recall round, a shadow)."""
+        if usage is None:
+            return None
+        billed = split_of(usage)
+        row = ChargeRow(
+            sk, self.clock(), model, kind, compressed, billed.uncached, billed.cache_read,
+            billed.cache_write, billed.output,
+        )  # fmt: skip
+        return self._record(row, billed, None)
+
+    def _record(self, row: ChargeRow, billed: Split, full: Split | None) -> Charged:
+        price = self.settings.price_for(row.model)
+        charged = Charged(
+            row.model,
+            row.kind,
+            billed,
+            full,
+            None if price is None else cost(billed, price),
+            None if price is None or full is None else cost(full, price),
+        )
+        self.observe(charged)
+        self.store.record_charges_later([row])  # written behind, in batches, off the request
+        return charged
+
+    async def _previous(self, sk: SessionKey, at: float) -> int | None:
+        """The session's previous uncompressed prompt, while the provider's cache holds it."""
+        last = self._last.get(sk)
+        if last is None:
+            try:
+                last = await self.store.last_full_prompt(sk)
+            except StorageError as exc:
+                log.warning("could not read the session's last charge: %s", exc)
+        if last is None or not 0 <= at - last[1] <= CACHE_TTL_S:
+            return None
+        return last[0]
+
+    def _remember(self, sk: SessionKey, full_prompt: int, at: float) -> None:
+        self._last[sk] = (full_prompt, at)
+        self._last.move_to_end(sk)
+        while len(self._last) > _REMEMBERED:
+            self._last.popitem(last=False)
+
+
+def full_prompt(
+    billed_prompt: int,
+    messages: Sequence[Message],
+    view: Sequence[Message],
+    tools: Sequence[ToolSchema] | None,
+    counter: TokenCounter,
+    calibration: Calibration,
+) -> int:
+    """The prompt the client's uncompressed history would have been: the billed prompt plus
+    the (calibrated) estimate of what compression took out of the view."""
+    if view is messages:
+        return billed_prompt
+    gap = counter.count_messages(messages, tools) - counter.count_messages(view, tools)
+    return billed_prompt + max(0, calibration.apply(gap))

@@ -1,0 +1,68 @@
+"""How full a request's view is (pure).
+
+The anchor is the real `prompt_tokens` the upstream reported for the session's previous view;
+the figure for a new request is that anchor plus an estimate of what was appended since. Only
+when there is no usable anchor is the whole view estimated (per-message counts are cached).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compression.counting.calibration import Calibration
+from compression.engine import TokenCounter
+from compression.thresholds import Limits
+from session.ports.door import IMAGE_MARK
+from session.turn import Turn
+
+IMAGE_TOKENS = 765
+
+
+@dataclass(frozen=True, slots=True)
+class Pressure:
+    tokens: int
+    exact: bool  # anchored on a real figure rather than a pure estimate
+    estimate: int | None = None  # the whole view's estimate, when it had to be computed
+
+
+def upper_bound(turn: Turn) -> int:
+    """A cheap bound on the request's tokens: a BPE token is never shorter than a byte.
+
+    Images are the exception (a short URL costs hundreds of tokens), so each adds its flat cost.
+    """
+    request = turn.request
+    marks = request.image_marks
+    if marks is None:
+        marks = request.raw.count(IMAGE_MARK)
+    return len(request.raw) + IMAGE_TOKENS * marks
+
+
+def estimate_view(turn: Turn, counter: TokenCounter, calibration: Calibration) -> int:
+    if turn.estimate is not None:
+        return turn.estimate
+    return calibration.apply(counter.count_messages(turn.view, turn.request.tools))
+
+
+def surely_small(turn: Turn, limits: Limits) -> bool:
+    """The client's untouched request is far under every line, without counting a token."""
+    if turn.view is not turn.request.messages:
+        return False
+    return upper_bound(turn) < min(limits.threshold, limits.hygiene_tokens)
+
+
+def measure(turn: Turn, counter: TokenCounter, calibration: Calibration) -> Pressure:
+    session = turn.session
+    if (
+        session is not None
+        and turn.anchored
+        and session.last_prompt_tokens is not None
+        and session.last_prompt_tokens > 0
+        and session.last_message_count is not None
+        and 0 < session.last_message_count <= len(turn.view)
+        and not session.last_usage_estimated
+    ):
+        appended = turn.view[session.last_message_count :]
+        extra = counter.count_messages(appended) - 3 if appended else 0
+        return Pressure(session.last_prompt_tokens + calibration.apply(max(0, extra)), True)
+    estimate = estimate_view(turn, counter, calibration)
+    return Pressure(estimate, False, estimate)

@@ -1,0 +1,173 @@
+"""One request on its way through the proxy: its session, its view, what was done to it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from compression.messages.digest import chained_digests
+from compression.messages.types import Message, ToolSchema
+from compression.state import EngineState
+from session.config.settings import ModelRule
+from session.identity import Identity
+from session.ports.door import FrontDoor, WireRequest
+from session.ports.upstream import Upstream
+from storage import SessionKey, SessionRecord
+
+
+@dataclass(frozen=True, slots=True)
+class CompressionNote:
+    """What a compression did to this request (reported in response headers)."""
+
+    trigger: str
+    outcome: str
+    tokens_before: int
+    tokens_after: int
+    checkpoint_id: int | None
+    # Pinned messages the compression clipped: "m<client position>:<kept>/<original tokens>".
+    clipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One request's record; what happens to it (a checkpoint, a compression, a retry with a
+    lower max_tokens) gives a new Turn, never changes this one."""
+
+    ident: Identity
+    key: SessionKey
+    door: FrontDoor
+    request: WireRequest
+    rule: ModelRule
+    upstream: Upstream
+    client_headers: Mapping[str, str]
+    session: SessionRecord | None
+    state: EngineState
+    context_length: int
+    view: list[Message]
+    prefix_len: int = 0  # client messages covered by the checkpoint in use
+    replacement_len: int = 0  # leading view messages that came from that checkpoint
+    # For each of those, the client position it holds verbatim (None: written by ctxgate);
+    # None when the checkpoint was stored before checkpoints recorded it.
+    sources: tuple[int | None, ...] | None = ()
+    checkpoint_id: int | None = None
+    checkpoint_key: str | None = None  # the session row (lineage) holding that checkpoint
+    max_tokens: int | None = None
+    estimate: int | None = None  # ctxgate's token figure for the view, when computed
+    started_at: float = 0.0
+    anchored: bool = True  # the session's last real figure was measured on a prefix of this view
+    notes: tuple[CompressionNote, ...] = ()
+    digests: tuple[str, ...] | None = None  # chained digests of the client's messages, once
+    images_shrunk: bool = False  # the view's images were shrunk after a refusal (once only)
+    tools: tuple[ToolSchema, ...] = ()  # ctxgate's own tools offered upstream (recall)
+    recalls: int = 0  # recall rounds answered for this request
+    recalled_tokens: int = 0  # tokens of archived text those rounds read back
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.request.messages
+
+    @property
+    def root(self) -> SessionKey:
+        """The client's session id: every lineage and rotation of the session is under it."""
+        session = self.session
+        return session.root if session is not None else self.key
+
+    @property
+    def view_changed(self) -> bool:
+        return self.checkpoint_id is not None or self.view is not self.request.messages
+
+    def with_digests(self) -> Turn:
+        """This turn with the client messages' chained digests computed (once per request)."""
+        if self.digests is not None:
+            return self
+        return replace(self, digests=tuple(chained_digests(self.messages)))
+
+    def with_view(
+        self,
+        view: list[Message],
+        *,
+        prefix_len: int,
+        checkpoint_id: int | None,
+        sources: tuple[int | None, ...] | None = (),
+        checkpoint_key: str | None = None,
+    ) -> Turn:
+        """The turn forwarding `view`: a checkpoint's replacement (whose messages hold the
+        client positions `sources` verbatim) plus the client messages after its first
+        `prefix_len`, or a compression's result."""
+        return replace(
+            self,
+            view=view,
+            prefix_len=prefix_len,
+            replacement_len=len(view) - (len(self.messages) - prefix_len),
+            sources=sources,
+            checkpoint_id=checkpoint_id,
+            checkpoint_key=checkpoint_key,
+            estimate=None,
+        )
+
+    def upstream_body(self) -> bytes:
+        """The body to send: the client's bytes when nothing changed, else the view rendered."""
+        return self.door.render(self.request, self.view, self.max_tokens, self.tools)
+
+    def response_headers(self) -> dict[str, str]:
+        headers = {"x-session-id": self.ident.session_id}
+        if self.request.passthrough:
+            headers["x-ctxgate-reason"] = self.request.passthrough
+        if self.checkpoint_id is not None:
+            headers["x-ctxgate-checkpoint"] = str(self.checkpoint_id)
+        if self.recalls:
+            headers["x-ctxgate-recalls"] = str(self.recalls)
+        if not self.notes:
+            headers["x-ctxgate-compressed"] = "true" if self.checkpoint_id is not None else "false"
+            return headers
+        last = self.notes[-1]
+        clipped = [label for note in self.notes for label in note.clipped]
+        if clipped:
+            headers["x-ctxgate-clipped"] = clipped_header(clipped)
+        headers.update(
+            {
+                "x-ctxgate-compressed": "true",
+                "x-ctxgate-trigger": last.trigger,
+                "x-ctxgate-outcome": last.outcome,
+                "x-ctxgate-tokens-before": str(self.notes[0].tokens_before),
+                "x-ctxgate-tokens-after": str(last.tokens_after),
+            }
+        )
+        return headers
+
+
+CLIPPED_HEADER_CHARS = 240
+
+
+def clipped_header(labels: list[str]) -> str:
+    """The labels comma-separated, within a bounded length (the rest counted, not listed)."""
+    value = ""
+    for shown, label in enumerate(labels):
+        rest = len(labels) - shown
+        more = f",+{rest - 1} more" if rest > 1 else ""
+        if len(value) + len(label) + 1 + len(more) > CLIPPED_HEADER_CHARS:
+            return f"{value},+{rest} more" if value else f"+{rest} more"
+        value = f"{value},{label}" if value else label
+    return value
+
+
+# Share of the window the output reservation may take, whatever max_tokens the client sends.
+OUTPUT_SHARE = 0.25
+
+
+def output_reservation(
+    max_tokens: int | None, window: int, share: float = OUTPUT_SHARE
+) -> int | None:
+    """The output tokens to keep free when deciding whether the prompt fits.
+
+    Claude Code asks for 32,000 whatever the model's window; reserving that much of a 16K
+    window would leave no room for the prompt. The forwarded max_tokens is not changed.
+    """
+    return None if max_tokens is None else min(max_tokens, max(1, int(window * share)))
+
+
+def reservation(turn: Turn) -> int | None:
+    """The output tokens reserved out of the window: a retry's lowered max_tokens, else the
+    client's, else the model rule's; at most a share of the window."""
+    requested = turn.max_tokens or turn.request.max_tokens or turn.rule.max_output_tokens
+    return output_reservation(requested, turn.context_length)

@@ -1,0 +1,282 @@
+"""Checkpoints (a client prefix replaced by a compressed list) and the archive of originals."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy import Row, Select, String, any_, bindparam, desc, func, select, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage import codec
+from storage.database.db import upsert
+from storage.database.inline import Executor
+from storage.database.tables import archived_messages, checkpoints
+from storage.database.tables import sessions as sessions_t
+from storage.records import (
+    PROMPT_TOKENS_PENDING,
+    ArchivedMessage,
+    ArchiveFacts,
+    Checkpoint,
+    CheckpointInfo,
+    CompressionCommit,
+    Message,
+    SessionKey,
+)
+from storage.rows import events, lineages, search, sessions
+
+# Candidate digests sent in the first lookup: the newest checkpoint is nearly always
+# within the last few hundred messages, and 500 stays far below every parameter limit.
+RECENT_CANDIDATES = 500
+
+
+async def find(
+    conn: Executor, root: SessionKey, prefix_digests: Sequence[str]
+) -> Checkpoint | None:
+    """The newest checkpoint whose prefix matches: highest prefix_len, then highest id.
+
+    Searched among every row of the client's session id `root` (its lineages and rotations):
+    a matching digest means the same client prefix whichever conversation wrote it. The
+    checkpoint names the row that holds it.
+
+    prefix_digests[i] is the digest of the client's messages[0..i], so a checkpoint of
+    length L matches when prefix_digests[L - 1] equals its digest.
+
+    First one indexed query with the last RECENT_CANDIDATES digests, returning the whole
+    row: the common case. Failing that, the session's checkpoints no longer than the history
+    are walked from the longest down, comparing digests here; only (id, prefix_len, digest)
+    travel, so its cost grows with the session's checkpoint count, not with the history.
+    """
+    n = len(prefix_digests)
+    lo = max(0, n - RECENT_CANDIDATES)
+    candidates = sorted(set(prefix_digests[lo:n]))
+    dialect = conn.dialect.name
+    params = {
+        "scope": root.scope,
+        "root": root.key,
+        # PostgreSQL takes the list as one array; SQLite as one JSON text (json_each). Hex
+        # digests need no escaping, so orjson writes what json would, several times faster.
+        "candidates": candidates if dialect == "postgresql" else orjson.dumps(candidates).decode(),
+        "lo": lo,
+        "hi": n,
+    }
+    row = (await conn.execute(_recent(dialect), params)).first()
+    if row is not None and prefix_digests[row.prefix_len - 1] == row.prefix_digest:
+        return _checkpoint(row, root.scope)
+    # Also covers a digest found at another position (digests that are not chained).
+    older = (
+        select(checkpoints.c.id, checkpoints.c.prefix_len, checkpoints.c.prefix_digest)
+        .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
+        .where(sessions_t.c.scope == root.scope, sessions_t.c.root_key == root.key)
+        .where(checkpoints.c.prefix_len <= n)
+        .order_by(desc(checkpoints.c.prefix_len), desc(checkpoints.c.id))
+    )
+    for candidate in await conn.execute(older):
+        if prefix_digests[candidate.prefix_len - 1] == candidate.prefix_digest:
+            full = await conn.execute(
+                select(checkpoints, sessions_t.c.key.label("session_key"))
+                .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
+                .where(checkpoints.c.id == candidate.id)
+            )
+            return _checkpoint(full.one(), root.scope)
+    return None
+
+
+@functools.cache
+def _recent(dialect: str) -> Select[Any]:
+    """The first lookup, built once per dialect: the candidates travel as one parameter.
+
+    A 500-item IN list built per call cost SQLAlchemy a millisecond of coercing and
+    rendering, and PostgreSQL three times the query itself.
+    """
+    if dialect == "postgresql":
+        array = bindparam("candidates", type_=postgresql.ARRAY(String))
+        matches = checkpoints.c.prefix_digest == any_(array)
+    else:
+        listed = func.json_each(bindparam("candidates", type_=String)).table_valued("value")
+        matches = checkpoints.c.prefix_digest.in_(select(listed.c.value))
+    return (
+        select(checkpoints, sessions_t.c.key.label("session_key"))
+        .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
+        .where(sessions_t.c.scope == bindparam("scope"), sessions_t.c.root_key == bindparam("root"))
+        .where(matches)
+        .where(checkpoints.c.prefix_len > bindparam("lo"))
+        .where(checkpoints.c.prefix_len <= bindparam("hi"))
+        .order_by(desc(checkpoints.c.prefix_len), desc(checkpoints.c.id))
+        .limit(1)
+    )
+
+
+def _checkpoint(row: Row[Any], scope: str) -> Checkpoint:
+    return Checkpoint(
+        id=row.id,
+        scope=scope,
+        key=row.session_key,
+        prefix_len=row.prefix_len,
+        prefix_digest=row.prefix_digest,
+        messages=codec.loads(row.messages),
+        tokens_before=row.tokens_before,
+        tokens_after=row.tokens_after,
+        summary=row.summary,
+        created_at=row.created_at,
+        sources=_sources(row.sources),
+    )
+
+
+def _sources(text: str | None) -> tuple[int | None, ...] | None:
+    return None if text is None else tuple(codec.loads(text))
+
+
+async def commit(conn: AsyncConnection, c: CompressionCommit, now: float) -> Checkpoint:
+    """Write one compression (checkpoint, archive, event, session) in `conn`'s transaction."""
+    parent_id = await sessions.ensure(conn, c.sk, c.model, now)
+    target, session_id = c.sk, parent_id
+    if c.rotate_to is not None:
+        target = SessionKey(c.sk.scope, c.rotate_to)
+        session_id = await sessions.create_child(conn, c.sk, c.rotate_to, c.model, now)
+    messages = list(c.messages)
+    values = {
+        "session_id": session_id,
+        "prefix_len": c.prefix_len,
+        "prefix_digest": c.prefix_digest,
+        "messages": codec.dumps(messages),
+        "message_count": len(messages),
+        "tokens_before": c.tokens_before,
+        "tokens_after": c.tokens_after,
+        "summary": c.summary,
+        "created_at": now,
+        "sources": None if c.sources is None else codec.dumps(list(c.sources)),
+    }
+    inserted = await conn.execute(checkpoints.insert().values(values).returning(checkpoints.c.id))
+    checkpoint_id = int(inserted.scalar_one())
+    await _archive(conn, session_id, checkpoint_id, c.archived, now)
+    await events.insert(conn, session_id, c.event, checkpoint_id, now)
+    await conn.execute(
+        update(sessions_t)
+        .where(sessions_t.c.id == session_id)
+        .values(
+            engine_state=codec.dumps(c.engine_state),
+            # The lineage's tip moves to the prefix compressed (it extends the one before).
+            tip_len=c.prefix_len,
+            tip_digest=c.prefix_digest,
+            compression_count=sessions_t.c.compression_count + 1,
+            last_prompt_tokens=PROMPT_TOKENS_PENDING,
+            last_compression_at=now,
+            updated_at=now,
+        )
+    )
+    return Checkpoint(
+        id=checkpoint_id,
+        scope=target.scope,
+        key=target.key,
+        prefix_len=c.prefix_len,
+        prefix_digest=c.prefix_digest,
+        messages=messages,
+        tokens_before=c.tokens_before,
+        tokens_after=c.tokens_after,
+        summary=c.summary,
+        created_at=now,
+        sources=None if c.sources is None else tuple(c.sources),
+    )
+
+
+async def _archive(
+    conn: AsyncConnection,
+    session_id: int,
+    checkpoint_id: int,
+    archived: Sequence[tuple[int, Message]],
+    now: float,
+) -> None:
+    rows: list[dict[str, Any]] = []
+    originals: dict[tuple[int, str], Message] = {}
+    for position, message in archived:
+        # Sorted keys: the same message re-serialised by an SDK must dedupe.
+        text = codec.dumps(message, sort_keys=True)
+        digest = codec.digest(text)
+        originals[(position, digest)] = message
+        rows.append(
+            {
+                "session_id": session_id,
+                "checkpoint_id": checkpoint_id,
+                "position": position,
+                "digest": digest,
+                "message": text,
+                "archived_at": now,
+            }
+        )
+    if rows:
+        a = archived_messages.c
+        stmt = upsert(conn, archived_messages).on_conflict_do_nothing(
+            index_elements=["session_id", "position", "digest"]
+        )
+        # Only the rows inserted now come back: a copy archived before is indexed already.
+        inserted = await conn.execute(stmt.returning(a.id, a.position, a.digest), rows)
+        new = [(int(r.id), originals[(r.position, r.digest)]) for r in inserted]
+        await search.index(conn, new)
+
+
+async def archived(conn: AsyncConnection, *session_ids: int) -> list[ArchivedMessage]:
+    return await archived_in(conn, [(row_id, None) for row_id in session_ids])
+
+
+async def archived_in(
+    conn: AsyncConnection, spans: Sequence[lineages.Span]
+) -> list[ArchivedMessage]:
+    """The originals of a lineage's spans (see storage.rows.lineages), by position."""
+    stmt = (
+        select(archived_messages)
+        .where(lineages.in_spans(list(spans)))
+        .order_by(archived_messages.c.position, archived_messages.c.id)
+    )
+    return [
+        ArchivedMessage(r.position, codec.loads(r.message), r.checkpoint_id, r.archived_at)
+        for r in await conn.execute(stmt)
+    ]
+
+
+async def facts(conn: AsyncConnection, spans: Sequence[lineages.Span]) -> ArchiveFacts:
+    """The newest checkpoint of the first span's row and the positions archived in them."""
+    c = checkpoints.c
+    newest = (
+        await conn.execute(
+            select(c.id, c.prefix_len, c.sources)
+            .where(c.session_id == spans[0][0])
+            .order_by(desc(c.id))
+            .limit(1)
+        )
+    ).first()
+    a = archived_messages.c
+    positions = await conn.execute(
+        select(a.position).where(lineages.in_spans(list(spans))).distinct()
+    )
+    archived = tuple(sorted(int(p) for p in positions.scalars()))
+    if newest is None:
+        return ArchiveFacts(None, 0, (), archived)
+    return ArchiveFacts(newest.id, newest.prefix_len, _sources(newest.sources), archived)
+
+
+async def archived_count(conn: AsyncConnection, session_id: int) -> int:
+    stmt = select(func.count()).where(archived_messages.c.session_id == session_id)
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+async def infos(conn: AsyncConnection, session_id: int) -> list[CheckpointInfo]:
+    c = checkpoints.c
+    stmt = (
+        select(
+            c.id,
+            c.prefix_len,
+            c.prefix_digest,
+            c.message_count,
+            c.tokens_before,
+            c.tokens_after,
+            c.summary,
+            c.created_at,
+        )
+        .where(c.session_id == session_id)
+        .order_by(c.id)
+    )
+    return [CheckpointInfo(*row) for row in await conn.execute(stmt)]

@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from compression.summary.handoff import Handoff, parse_handoff, render_handoff
+from compression.summary.prompts import ANCHORS_HEADER
+from compression.verbatim.anchors import (
+    SCAN_HEAD_CHARS,
+    SEPARATOR,
+    AnchorIndex,
+    Collector,
+    find_anchors,
+    parse_anchors,
+    render_anchors,
+    select_anchors,
+)
+from tests.compression.counters import CharCounter
+
+COUNT = CharCounter().count_text
+
+
+def test_ids_codes_paths_errors_and_urls_are_found_in_order() -> None:
+    text = (
+        '{"reservation_id": "XEWRD9", "user_id": "james_lee_6136", "flight": "HAT052", '
+        '"payment_id": "gift_card_4643416"}\n'
+        'File "/repo/src/app.py", line 3\nZeroDivisionError: division by zero\n'
+        "see https://example.com/issues/12 and ./run.sh, config.yaml, commit 4f2a9c1e\n"
+        "The deploy password hint is NEEDLE-0a1b2c3d4e."
+    )
+    assert find_anchors(text) == (
+        "XEWRD9",
+        "james_lee_6136",
+        "HAT052",
+        "gift_card_4643416",
+        "/repo/src/app.py",
+        "ZeroDivisionError",
+        "https://example.com/issues/12",
+        "./run.sh",
+        "config.yaml",
+        "4f2a9c1e",
+        "NEEDLE-0a1b2c3d4e",
+    )
+
+
+def test_words_numbers_dates_and_fractions_are_not_anchors() -> None:
+    text = (
+        "Please book the flight on 2024-05-20 at 2024-05-07T19:17:06 for 255 dollars; "
+        "n/a and/or 1/2 utf-8 snake_case_name value=12 </returncode> ok"
+    )
+    assert find_anchors(text) == ()
+
+
+def test_parts_of_key_value_and_path_line_tokens_are_found() -> None:
+    assert find_anchors("id=abc_12345 at src/app.py:12: raise ValueError") == (
+        "abc_12345",
+        "src/app.py",
+        "ValueError",
+    )
+
+
+def test_a_long_text_is_scanned_at_its_head_and_tail() -> None:
+    text = "head_id_001 " + "filler words " * 2_000 + "middle_id_002 " + "x " * 2_000
+    text += "tail_id_003"
+    assert len(text) > 2 * SCAN_HEAD_CHARS
+    assert find_anchors(text) == ("head_id_001", "tail_id_003")
+
+
+def test_a_value_belongs_to_the_best_tier_it_was_seen_in() -> None:
+    collector = Collector(per_tier=10)
+    collector.add(2, ["a_001", "b_002"])
+    collector.add(0, ["b_002"])
+    collector.add(1, ["a_001", "b_002", "c_003"])
+    assert collector.candidates() == (["b_002"], ["a_001", "c_003"], [])
+
+
+def test_a_full_tier_stops_scanning() -> None:
+    collector = Collector(per_tier=2)
+    collector.scan(2, "one_001 two_002 three_003")
+    collector.scan(2, "four_004")
+    assert collector.candidates()[2] == ["one_001", "two_002", "three_003"]
+    assert not collector.wants(2) and collector.wants(0)
+
+
+def test_each_tier_gets_its_share_then_the_leftovers_flow_down() -> None:
+    users = [f"user_{n:03d}" for n in range(50)]
+    tools = [f"tool_{n:03d}" for n in range(50)]
+    index = select_anchors([users, [], tools], 100, COUNT, lambda _: False)
+    assert index.agent == ()
+    assert 0 < len(index.user) < 50 and 0 < len(index.tools) < 50
+    cost = sum(COUNT(v + SEPARATOR) for tier in index.tiers() for v in tier)
+    assert 90 <= cost <= 100
+    assert index.user == tuple(users[: len(index.user)])  # newest first, in order
+
+
+def test_what_the_view_holds_is_skipped() -> None:
+    index = select_anchors([["a_001", "b_002"], [], []], 100, COUNT, {"a_001"}.__contains__)
+    assert index.user == ("b_002",)
+
+
+def test_render_and_parse_round_trip() -> None:
+    index = AnchorIndex(("mia_li_3668",), (), ("/repo/a.py", "ZeroDivisionError"))
+    text = render_anchors(index, ANCHORS_HEADER)
+    assert text.splitlines()[1:] == [
+        "- user: mia_li_3668",
+        "- tools: /repo/a.py, ZeroDivisionError",
+    ]
+    assert parse_anchors(text.split("\n", 1)[1]) == index
+
+
+def test_a_handoff_reads_its_anchors_back() -> None:
+    index = AnchorIndex(("u_0001",), ("HAT136",), ("t_0002",))
+    quoted = f"my notes:\n{ANCHORS_HEADER}\n- user: fake_0003"
+    handoff = Handoff("## Goal\nShip.", (quoted,), "Done.", index)
+    parsed = parse_handoff(render_handoff(handoff))
+    assert parsed is not None and parsed.handoff == handoff
+    assert parse_handoff(render_handoff(Handoff("## Goal\nShip."))).handoff.anchors == AnchorIndex()  # type: ignore[union-attr]
+
+
+ANCHOR = st.from_regex(r"[A-Za-z][A-Za-z0-9_./-]{2,30}[0-9]", fullmatch=True)
+TIER = st.lists(ANCHOR, max_size=30, unique=True)
+
+
+@given(
+    tiers=st.tuples(TIER, TIER, TIER),
+    budget=st.integers(-10, 400),
+    held=st.sets(ANCHOR, max_size=10),
+)
+def test_selection_stays_in_budget_in_order_and_skips_what_is_held(
+    tiers: tuple[list[str], list[str], list[str]], budget: int, held: set[str]
+) -> None:
+    index = select_anchors(tiers, budget, COUNT, held.__contains__)
+    chosen = [value for tier in index.tiers() for value in tier]
+    assert sum(COUNT(v + SEPARATOR) for v in chosen) <= max(budget, 0)
+    assert not set(chosen) & held
+    for picked, offered in zip(index.tiers(), tiers, strict=True):
+        positions = [offered.index(value) for value in picked]
+        assert positions == sorted(positions)  # a subsequence: newest first is kept
+    assert select_anchors(tiers, budget, COUNT, held.__contains__) == index  # deterministic
+
+
+@given(tiers=st.tuples(TIER, TIER, TIER))
+def test_any_index_round_trips_through_its_text(
+    tiers: tuple[list[str], list[str], list[str]],
+) -> None:
+    index = AnchorIndex(*(tuple(tier) for tier in tiers))
+    text = render_anchors(index, ANCHORS_HEADER)
+    assert parse_anchors(text.split("\n", 1)[1] if "\n" in text else "") == index
+
+
+@given(st.text(max_size=300))
+def test_every_anchor_is_a_verbatim_substring(text: str) -> None:
+    found = find_anchors(text)
+    assert len(found) == len(set(found))
+    assert all(value in text and SEPARATOR not in value for value in found)

@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+from compression.assembly.planning import Budgets, CutPlan
+from compression.counting.figures import Ledger
+from compression.messages.types import Message
+from compression.options import CompressorOptions
+from compression.summary.handoff import Handoff, render_handoff
+from compression.verbatim.carry import carry_candidates, carry_section
+from tests.compression.builders import reply, system, tool_round, user
+from tests.compression.counters import CharCounter
+
+COUNT = CharCounter().count_text
+
+
+def test_candidates_include_what_an_earlier_summary_carried() -> None:
+    earlier = render_handoff(Handoff("## Goal\nx", ("first ask", "second ask")))
+    messages = [
+        system(),
+        {"role": "user", "content": earlier},
+        reply("ok"),
+        user("third ask: never use eval"),
+        user("   "),
+        user("newest"),
+    ]
+    ledger = Ledger.measure(messages, CharCounter(), None)
+    found = carry_candidates(messages, 1, 6, 5, ledger)
+    assert [c.text for c in found] == ["first ask", "second ask", "third ask: never use eval"]
+    assert [c.opening for c in found] == [True, False, False]
+    assert [c.instruction for c in found] == [False, False, True]
+
+
+def test_a_message_the_summary_was_merged_into_is_not_the_original_request() -> None:
+    merged = render_handoff(Handoff("## Goal\nx", ("first ask",))) + "\n\nwhat next?"
+    output = render_handoff(Handoff("## Goal\nx")) + "\n\n<returncode>0</returncode>\nok"
+    messages = [system(), user(merged), reply("ok"), user(output)]
+    ledger = Ledger.measure(messages, CharCounter(), None)
+    found = carry_candidates(messages, 1, 4, None, ledger)
+    assert [(c.text, c.opening) for c in found] == [("first ask", True), ("what next?", False)]
+
+
+def text_agent() -> list[Message]:
+    """A text-action agent: the harness sends command output back as `user` messages."""
+    return [
+        system(),
+        user("Please fix the failing test in tests/test_app.py; do not edit setup.py."),
+        reply("Let me look.\n```bash\npytest -q\n```"),
+        user("<returncode>1</returncode>\n<output>\nE   AssertionError: 2 != 3\n</output>"),
+        reply("Now the file.\n```bash\ncat -n app.py\n```"),
+        user("     1\tdef add(a, b):\n     2\t    return a - b\n" * 5),
+        reply("Also keep the public API stable, you said? I will.\n```bash\nsubmit\n```"),
+        user("Thanks. Also: keep the changelog untouched."),
+        reply("Noted."),
+    ]
+
+
+def test_tool_observations_sent_as_user_messages_are_not_candidates() -> None:
+    messages = text_agent()
+    ledger = Ledger.measure(messages, CharCounter(), None)
+    found = carry_candidates(messages, 1, len(messages), None, ledger)
+    assert [c.text for c in found] == [
+        "Please fix the failing test in tests/test_app.py; do not edit setup.py.",
+        "Thanks. Also: keep the changelog untouched.",
+    ]
+    assert [c.opening for c in found] == [True, False]
+
+
+def plan_for(messages: list[Message], end: int, carry: int, anchors: int) -> CutPlan:
+    budgets = Budgets(
+        target=10**9,
+        tail=1,
+        reach=1,
+        carry=carry,
+        summary_cap=1_000,
+        floor=1,
+        anchors=anchors,
+    )
+    return CutPlan(1, end, None, None, 0, budgets)
+
+
+def test_the_section_carries_the_ask_and_anchors_of_tool_output() -> None:
+    messages = [
+        system(),
+        user("Book flight HAT136 for user mia_li_3668; never use the 7447 card."),
+        *tool_round("c1", '{"reservation_id": "XEWRD9", "payment": "gift_card_4643416"}'),
+        reply("Booked XEWRD9."),
+        *tool_round("c2", "Traceback ...\nZeroDivisionError: division by zero", command="make"),
+        user("what now?"),
+    ]
+    ledger = Ledger.measure(messages, CharCounter(), None)
+    plan = plan_for(messages, len(messages) - 1, carry=200, anchors=60)
+    tail = messages[-1:]
+    users, anchors = carry_section(
+        messages, plan, ledger, CompressorOptions(), COUNT, [*messages[:1], *tail, "summary"]
+    )
+    assert users.texts == ("Book flight HAT136 for user mia_li_3668; never use the 7447 card.",)
+    # quoted by a carried message already, so not repeated as anchors
+    assert "mia_li_3668" not in anchors.user and "HAT136" not in anchors.user
+    assert "XEWRD9" in anchors.agent  # the assistant named it
+    assert {"gift_card_4643416", "ZeroDivisionError"} <= set(anchors.tools)
+
+
+def test_anchors_already_in_the_view_are_not_repeated_and_the_budget_holds() -> None:
+    outputs = [f"record rec_{n:04d}_x" for n in range(200)]
+    messages: list[Message] = [system(), user("go")]
+    for n, output in enumerate(outputs):
+        messages += tool_round(f"c{n}", output)
+    messages.append(user("next"))
+    ledger = Ledger.measure(messages, CharCounter(), None)
+    plan = plan_for(messages, len(messages) - 1, carry=0, anchors=120)
+    _, anchors = carry_section(
+        messages, plan, ledger, CompressorOptions(), COUNT, ["summary names rec_0199_x"]
+    )
+    assert anchors.tools[0] == "rec_0198_x"  # newest first, the quoted one skipped
+    assert sum(COUNT(value + ", ") for value in anchors.tools) <= 120
+
+
+def test_no_room_means_no_anchors() -> None:
+    messages = [system(), user("go"), *tool_round("c1", "id abc_12345"), user("next")]
+    ledger = Ledger.measure(messages, CharCounter(), None)
+    plan = plan_for(messages, len(messages) - 1, carry=0, anchors=0)
+    assert not carry_section(messages, plan, ledger, CompressorOptions(), COUNT, [])[1]
+
+
+def test_a_message_after_the_region_takes_back_one_in_it() -> None:
+    messages = [
+        system(),
+        user("Build the importer."),
+        reply("ok"),
+        user("Always store the rows in PostgreSQL."),
+        reply("ok"),
+        user("How long will the import take?"),
+        reply("A minute."),
+        user("Forget the earlier instruction about PostgreSQL; SQLite is fine."),
+    ]
+    ledger = Ledger.measure(messages, CharCounter(), None)
+    found = carry_candidates(messages, 1, 7, None, ledger)
+    assert [(c.text[:12], c.superseded) for c in found] == [
+        ("Build the im", False),
+        ("Always store", True),
+        ("How long wil", False),
+    ]
+    # The message that takes it back is the one restated: it still takes it back.
+    found = carry_candidates(messages, 1, 8, 7, ledger)
+    assert [c.superseded for c in found] == [False, True, False]

@@ -1,0 +1,488 @@
+"""HAProxy in front of two ctxgate containers sharing PostgreSQL: a replica dies mid-session.
+
+The topology of docker-compose.yml's postgres profile, run for real: the balancer image built
+from deploy/haproxy (Debian's haproxy package, on the Debian base image that
+scripts/docker-test-env.sh makes) with deploy/haproxy/haproxy.cfg, and two containers of the
+ctxgate image built from this checkout. The database is the PostgreSQL test server
+(CTXGATE_TEST_PG_URL) instead of compose's postgres:16-alpine service, which would need Docker
+Hub; everything runs on the host network, so the balancer's server addresses are loopback
+ports instead of compose's service names. The ctxgate containers run as the Kubernetes
+Deployment does: read-only root filesystem, a tmpfs on /tmp, their data directory read-only.
+
+One agent session sends its requests through the balancer: they alternate between the
+replicas; compressions write checkpoints and archive rows. Then the replica serving a request
+in flight is killed (SIGKILL). That request may fail; every later one must succeed, on the
+other replica, from the session's compressed state; and every checkpoint and archive row
+written before stays as it was. Over the session, compressions keep being stored (on both
+replicas, then on the survivor), the session stays one lineage (no request forks it), and
+every client position the newest checkpoint replaces has its archive row (the admin audit).
+
+Opt-in like tests/deploy/test_docker.py (CTXGATE_TEST_DOCKER=1, then never skipped; it also needs
+CTXGATE_TEST_PG_URL):
+
+    CTXGATE_TEST_DOCKER=1 CTXGATE_TEST_PG_URL="$(sh scripts/pg-test-server.sh)" \\
+        .venv/bin/pytest -m docker tests/deploy/test_balancer.py -s
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from session.identity import scope_for
+from tests.deploy.test_docker import BASE_IMAGE, BUILD_TIMEOUT_S, OPTED_IN, Docker, docker, image
+from tests.servers import free_port
+from tests.simulator import Hang, ModelSpec, Received, Simulator
+
+__all__ = ["docker", "image"]  # fixtures shared with tests/deploy/test_docker.py
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_URL = os.environ.get("CTXGATE_TEST_PG_URL", "")
+AGENT_KEY = "sk-agent-balancer"
+ADMIN_KEY = "sk-admin-balancer"
+MODEL = "gpt-4o-mini"
+WINDOW = 8192
+HANG_MARK = "HANG-THIS-TURN"
+BEFORE_KILL = 16  # turns before the kill: past the first compressions
+AFTER_KILL = 8  # turns after it, on the survivor
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not OPTED_IN,
+        reason="opt-in: CTXGATE_TEST_DOCKER=1 (needs root; scripts/docker-test-env.sh)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def balancer_image(docker: Docker) -> Iterator[str]:
+    tag = f"ctxgate-balancer-test:{uuid.uuid4().hex[:12]}"
+    docker(
+        "build",
+        "--network",
+        "host",
+        "--build-arg",
+        f"BASE_IMAGE={BASE_IMAGE}",
+        "--tag",
+        tag,
+        str(ROOT / "deploy" / "haproxy"),
+        timeout=BUILD_TIMEOUT_S,
+    )
+    try:
+        yield tag
+    finally:
+        docker("image", "rm", "--force", tag, check=False)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A database of its own on the test server: other tests drop the shared one's schema."""
+    if not PG_URL:
+        pytest.fail("CTXGATE_TEST_DOCKER=1 needs CTXGATE_TEST_PG_URL (scripts/pg-test-server.sh)")
+    name = f"ctxgate_lb_{uuid.uuid4().hex[:12]}"
+    server = make_url(PG_URL)
+
+    async def run(statement: str) -> None:
+        engine = create_async_engine(server, isolation_level="AUTOCOMMIT")
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(text(statement))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run(f"CREATE DATABASE {name}"))
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(run(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+class HoldMarkedTurn:
+    """The simulator's responder: hold the marked turn upstream the first time it arrives (so
+    it is in flight when its replica dies); its retry, and every other request, get the
+    default reply."""
+
+    def __init__(self) -> None:
+        self.held = False
+
+    def __call__(self, body: dict[str, Any]) -> Hang | None:
+        messages = body.get("messages") or []
+        if not self.held and messages and HANG_MARK in str(messages[-1].get("content")):
+            self.held = True
+            return Hang(seconds=120)
+        return None
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as simulator:
+        simulator.responder = HoldMarkedTurn()
+        yield simulator
+
+
+@dataclass
+class Process:
+    """One container on the host network."""
+
+    docker: Docker
+    name: str
+
+    def state(self) -> dict[str, Any]:
+        out = self.docker("inspect", "--format", "{{json .State}}", self.name).stdout
+        state: dict[str, Any] = json.loads(out)
+        return state
+
+    def logs(self) -> str:
+        done = self.docker("logs", self.name, check=False)
+        return done.stdout + done.stderr
+
+    def wait_ready(self, url: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if not self.state()["Running"] or time.monotonic() > deadline:
+                pytest.fail(f"{self.name} did not become ready:\n{self.logs()}")
+            time.sleep(0.2)
+
+    def remove(self) -> None:
+        self.docker("rm", "--force", "--volumes", self.name, check=False)
+
+
+@dataclass
+class Stack:
+    balancer: Process
+    url: str
+    replicas: dict[str, Process]  # by the balancer's server name
+
+
+def start_replica(
+    docker: Docker, image: str, sim: Simulator, pg_url: str, data: Path, name: str
+) -> tuple[Process, int]:
+    port = free_port()
+    process = Process(docker, f"ctxgate-lb-test-{name}-{uuid.uuid4().hex[:8]}")
+    docker(
+        "run",
+        "--detach",
+        "--name",
+        process.name,
+        "--network",
+        "host",
+        # As the Kubernetes Deployment runs it: nothing on the image's filesystem is writable.
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        "--volume",
+        f"{data}:/var/lib/ctxgate:ro",
+        "--env",
+        f"CTXGATE_PORT={port}",
+        "--env",
+        f"CTXGATE_DATABASE_URL={pg_url}",
+        "--env",
+        f"CTXGATE_UPSTREAM_URL={sim.base_url}",
+        "--env",
+        f"CTXGATE_CONTEXT_LENGTH={WINDOW}",
+        "--env",
+        "CTXGATE_LOG_LEVEL=warning",
+        "--env",
+        f"CTXGATE_ADMIN_KEY={ADMIN_KEY}",
+        image,
+    )
+    return process, port
+
+
+@pytest.fixture
+def stack(
+    docker: Docker,
+    image: str,
+    balancer_image: str,
+    sim: Simulator,
+    pg_url: str,
+    tmp_path: Path,
+) -> Iterator[Stack]:
+    data = tmp_path / "data"
+    data.mkdir()
+    started: list[Process] = []
+    try:
+        replicas: dict[str, Process] = {}
+        ports: dict[str, int] = {}
+        for name in ("ctxgate-a", "ctxgate-b"):
+            process, port = start_replica(docker, image, sim, pg_url, data, name)
+            started.append(process)
+            replicas[name], ports[name] = process, port
+        for name, process in replicas.items():
+            process.wait_ready(f"http://127.0.0.1:{ports[name]}/readyz")
+        lb_port = free_port()
+        balancer = Process(docker, f"ctxgate-lb-test-haproxy-{uuid.uuid4().hex[:8]}")
+        docker(
+            "run",
+            "--detach",
+            "--name",
+            balancer.name,
+            "--network",
+            "host",
+            "--env",
+            f"CTXGATE_BALANCER_PORT={lb_port}",
+            "--env",
+            f"CTXGATE_REPLICA_A=127.0.0.1:{ports['ctxgate-a']}",
+            "--env",
+            f"CTXGATE_REPLICA_B=127.0.0.1:{ports['ctxgate-b']}",
+            balancer_image,
+        )
+        started.append(balancer)
+        url = f"http://127.0.0.1:{lb_port}"
+        balancer.wait_ready(f"{url}/readyz")
+        yield Stack(balancer, url, replicas)
+    finally:
+        for process in started:
+            process.remove()
+
+
+def tool_turn(i: int) -> list[dict[str, Any]]:
+    """One step of a coding agent: a tool call and its (unique, bulky) output."""
+    call = {
+        "id": f"call_t{i}",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/m{i}.py"})},
+    }
+    output = f"# module {i}\n" + "".join(f"line {j} of module {i} = f({j})\n" for j in range(60))
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": output},
+    ]
+
+
+class Agent:
+    """One session's client: the official SDK, no retries, through the balancer."""
+
+    def __init__(self, url: str) -> None:
+        self.session = f"lb-{uuid.uuid4().hex[:10]}"
+        self.client = openai.OpenAI(
+            base_url=f"{url}/v1", api_key=AGENT_KEY, max_retries=0, timeout=60
+        )
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "Constraint: never touch vendor/. Fix the build."},
+        ]
+        self.served_by: list[str] = []
+        self.sent_lengths: list[int] = []
+
+    def send(self, ask: str) -> str:
+        """One request with `ask` as the newest user turn; the replica that served it."""
+        messages = [*self.messages, {"role": "user", "content": ask}]
+        self.sent_lengths.append(len(messages))
+        raw = self.client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, extra_headers={"X-Session-Id": self.session}
+        )
+        assert raw.parse().choices[0].message.content
+        assert raw.headers["x-session-id"] == self.session
+        replica = raw.headers["x-ctxgate-replica"]
+        self.served_by.append(replica)
+        return replica
+
+    def step(self, i: int, ask: str | None = None) -> str:
+        """Send turn i, then keep its ask and its tool step in the history, as an agent loop
+        does: each request extends the one before. (An agent that dropped its ask would edit
+        its history every turn: each request would then start a lineage of its own, see
+        session/memory.py, and compress from the start.)"""
+        ask = ask or f"Turn {i}: carry on."
+        replica = self.send(ask)
+        self.messages.append({"role": "user", "content": ask})
+        self.messages.extend(tool_turn(i))
+        return replica
+
+
+def stored(pg_url: str, session: str) -> tuple[dict[int, tuple[Any, ...]], dict[int, Any]]:
+    """The session's checkpoint rows and archive rows, by id, read from PostgreSQL."""
+
+    async def read() -> tuple[dict[int, tuple[Any, ...]], dict[int, Any]]:
+        engine = create_async_engine(pg_url)
+        try:
+            async with engine.connect() as conn:
+                session_id = (
+                    await conn.execute(
+                        text("SELECT id FROM sessions WHERE scope = :scope AND key = :key"),
+                        {"scope": scope_for(AGENT_KEY), "key": session},
+                    )
+                ).scalar_one()
+                checkpoints = await conn.execute(
+                    text(
+                        "SELECT id, prefix_len, prefix_digest, messages FROM checkpoints "
+                        "WHERE session_id = :id"
+                    ),
+                    {"id": session_id},
+                )
+                archive = await conn.execute(
+                    text(
+                        "SELECT id, checkpoint_id, position, digest, message "
+                        "FROM archived_messages WHERE session_id = :id"
+                    ),
+                    {"id": session_id},
+                )
+                return (
+                    {row[0]: tuple(row[1:]) for row in checkpoints},
+                    {row[0]: tuple(row[1:]) for row in archive},
+                )
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
+
+
+def rows_of(pg_url: str, session: str) -> list[str]:
+    """The keys of every session row of the client's session id: its own, and any lineage
+    (a fork is `<id>#<digest>`) or rotation under it."""
+
+    async def read() -> list[str]:
+        engine = create_async_engine(pg_url)
+        try:
+            async with engine.connect() as conn:
+                rows = await conn.execute(
+                    text(
+                        "SELECT key FROM sessions WHERE scope = :scope "
+                        "AND (key = :key OR root_key = :key OR key LIKE :forks)"
+                    ),
+                    {"scope": scope_for(AGENT_KEY), "key": session, "forks": f"{session}#%"},
+                )
+                return sorted(row[0] for row in rows)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
+
+
+def settle(sim: Simulator, quiet_s: float = 1.5, timeout: float = 60) -> None:
+    """Wait until no upstream call (a background compression's summary) has come for a while."""
+    deadline = time.monotonic() + timeout
+    seen = len(sim.received)
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < quiet_s:
+        assert time.monotonic() < deadline, "upstream calls never stopped"
+        time.sleep(0.2)
+        if len(sim.received) != seen or any(r.outcome == "pending" for r in sim.received):
+            seen = len(sim.received)
+            quiet_since = time.monotonic()
+
+
+def audit(url: str, session: str) -> dict[str, Any]:
+    """The admin API's archive audit of the session's newest checkpoint."""
+    response = httpx.get(
+        f"{url}/admin/sessions/{scope_for(AGENT_KEY)}/{session}/audit",
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def all_logs(stack: Stack) -> str:
+    return "\n".join(f"--- {name}\n{p.logs()[-4000:]}" for name, p in stack.replicas.items())
+
+
+def held(received: Received) -> bool:
+    """The marked turn, on hold upstream (no answer yet)."""
+    messages = received.body.get("messages") or [{}]
+    return received.status is None and HANG_MARK in str(messages[-1].get("content"))
+
+
+def test_session_survives_a_replica_killed_mid_request(
+    stack: Stack, sim: Simulator, pg_url: str, docker: Docker
+) -> None:
+    agent = Agent(stack.url)
+    for i in range(BEFORE_KILL):
+        agent.step(i)
+    # Round robin, request by request, over both replicas.
+    assert set(agent.served_by) == {"ctxgate-a", "ctxgate-b"}, agent.served_by
+    assert all(a != b for a, b in zip(agent.served_by, agent.served_by[1:], strict=False))
+    settle(sim)
+    checkpoints_before, archive_before = stored(pg_url, agent.session)
+    assert checkpoints_before, "no compression before the kill: the test proves nothing"
+    assert archive_before
+    for process in stack.replicas.values():
+        assert "could not store a compression" not in process.logs(), all_logs(stack)
+    assert not any(r.problems for r in sim.chat_requests)
+
+    # The next request goes to the other replica; it is held upstream, and that replica dies.
+    doomed = "ctxgate-b" if agent.served_by[-1] == "ctxgate-a" else "ctxgate-a"
+    survivor = "ctxgate-a" if doomed == "ctxgate-b" else "ctxgate-b"
+    errors: list[BaseException] = []
+
+    def in_flight() -> None:
+        try:
+            agent.send(f"Turn {BEFORE_KILL}: {HANG_MARK}")
+        except BaseException as exc:  # the one request allowed to fail
+            errors.append(exc)
+
+    thread = threading.Thread(target=in_flight)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not any(held(r) for r in sim.chat_requests):
+        if time.monotonic() > deadline:
+            seen = [(r.outcome, r.is_summary, r.status) for r in sim.received[-6:]]
+            tails = {name: process.logs()[-3000:] for name, process in stack.replicas.items()}
+            pytest.fail(f"the marked turn never reached the upstream: {seen}\n{tails}")
+        time.sleep(0.05)
+    docker("kill", stack.replicas[doomed].name)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert len(errors) == 1, f"the in-flight request on the killed replica did not fail: {errors}"
+    assert isinstance(errors[0], openai.APIStatusError | openai.APIConnectionError)
+    assert not stack.replicas[doomed].state()["Running"]
+
+    # The agent sends that turn again, as it was, and goes on: no error, all on the survivor.
+    served_before = len(agent.served_by)
+    agent.step(BEFORE_KILL, f"Turn {BEFORE_KILL}: {HANG_MARK}")
+    for i in range(BEFORE_KILL + 1, BEFORE_KILL + 1 + AFTER_KILL):
+        agent.step(i)
+    assert agent.served_by[served_before:] == [survivor] * (AFTER_KILL + 1)
+    settle(sim)
+
+    checkpoints_after, archive_after = stored(pg_url, agent.session)
+    # Compressions kept being stored on both replicas and on the survivor, not just the first
+    # ones: a compression whose commit fails is still forwarded, without checkpoint or archive.
+    assert len(checkpoints_after) > 2, (checkpoints_after.keys(), all_logs(stack))
+    # One conversation, one lineage: every request (the retry included) extended the one
+    # before, so none forked the session (a fork compresses from the start, on a row of its
+    # own, and the oldest forks are evicted with their checkpoints and archive).
+    assert rows_of(pg_url, agent.session) == [agent.session]
+    # Every client position the newest checkpoint replaces has its archive row.
+    report = audit(stack.url, agent.session)
+    assert report["replaced"], report
+    assert report["missing"] == [] and report["complete"] is True, (report, all_logs(stack))
+    for process in stack.replicas.values():
+        assert "could not store a compression" not in process.logs(), all_logs(stack)
+    for row_id, row in checkpoints_before.items():
+        assert checkpoints_after.get(row_id) == row, f"checkpoint {row_id} lost or changed"
+    for row_id, row in archive_before.items():
+        assert archive_after.get(row_id) == row, f"archive row {row_id} lost or changed"
+    # The survivor carried the session's compressed state on: every request after the kill
+    # went upstream shorter than the agent sent it.
+    after_kill = [r for r in sim.chat_requests if not r.is_summary][-(AFTER_KILL + 1) :]
+    sent = agent.sent_lengths[-(AFTER_KILL + 1) :]
+    assert [len(r.body["messages"]) < n for r, n in zip(after_kill, sent, strict=True)] == [
+        True
+    ] * (AFTER_KILL + 1)
+
+    assert not any(r.problems for r in sim.chat_requests)
+    logs = stack.replicas[survivor].logs()
+    assert "Traceback" not in logs, logs

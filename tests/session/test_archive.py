@@ -1,0 +1,130 @@
+"""The archive of originals: every client message a checkpoint replaces is archived once.
+
+A long agent loop through a real ctxgate and the simulator; what counts as replaced is worked
+out from what the client sent and what the upstream last received, never from ctxgate's own
+bookkeeping. The admin audit must agree with it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import openai
+import pytest
+
+from session.identity import scope_for
+from tests.proxy.agent_loop import TOOLS, AgentLoop
+from tests.servers import ProxyServer, settings_for
+from tests.simulator import ModelSpec, Simulator
+
+WINDOW = 8192
+MODEL = "agent-8k"
+ADMIN = {"Authorization": "Bearer adm"}
+SESSION = "archive/long loop"
+
+
+@pytest.fixture
+def sim8k() -> Iterator[Simulator]:
+    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as simulator:
+        yield simulator
+
+
+def canonical(message: dict[str, Any]) -> str:
+    return json.dumps(message, sort_keys=True)
+
+
+def replaced_by_view(history: list[dict[str, Any]], view: list[dict[str, Any]]) -> list[int]:
+    """Client positions whose message the forwarded view does not hold verbatim."""
+    held = {canonical(m) for m in view}
+    return [p for p, message in enumerate(history) if canonical(message) not in held]
+
+
+def run_loop(
+    sim: Simulator, db_path: str, steps: int, midway: Callable[[], None] | None = None
+) -> tuple[AgentLoop, dict[str, Any], Any]:
+    models = [{"match": "*", "upstream": "sim", "context_length": WINDOW}]
+    settings = settings_for(
+        sim.base_url,
+        db_path,
+        models=models,
+        compression={"background": False},
+        auth={"admin_key": "adm"},
+    )
+    with ProxyServer(settings) as proxy:
+        loop = AgentLoop(
+            openai.OpenAI(base_url=proxy.base_url, api_key="sk-agent", max_retries=0),
+            MODEL,
+            session_id=SESSION,
+        )
+        loop.script(sim)
+        for step in range(steps):
+            if midway is not None and step == steps // 2:
+                midway()
+            loop.step(step)
+        # One last request: the view the upstream receives answers exactly this history.
+        history = [*loop.messages, {"role": "user", "content": "Summarise what you did."}]
+        loop.client.chat.completions.create(
+            model=MODEL,
+            messages=history,  # type: ignore[arg-type]
+            tools=TOOLS,  # type: ignore[arg-type]
+            extra_headers={"X-Session-Id": SESSION},
+        )
+        root = proxy.base_url.removesuffix("/v1")
+        url = f"{root}/admin/sessions/{scope_for('sk-agent')}/{quote(SESSION, safe='')}"
+        archive = httpx.get(f"{url}/archive", headers=ADMIN).json()["data"]
+        audit = httpx.get(f"{url}/audit", headers=ADMIN)
+    view = [r for r in sim.chat_requests if not r.is_summary][-1].body["messages"]
+    outcome = {"history": history, "view": view, "archive": archive}
+    return loop, outcome, audit
+
+
+def forget_sources(db_path: str) -> None:
+    """Make the stored checkpoints look like those written before sources were recorded."""
+    with sqlite3.connect(db_path) as db:
+        db.execute("UPDATE checkpoints SET sources = NULL")
+
+
+@pytest.mark.parametrize("stored", ["with_sources", "legacy_midway"])
+def test_every_replaced_original_is_archived_exactly_once(
+    sim8k: Simulator, db_path: str, stored: str
+) -> None:
+    midway = (lambda: forget_sources(db_path)) if stored == "legacy_midway" else None
+    loop, run, audit = run_loop(sim8k, db_path, steps=60, midway=midway)
+    assert "true" in loop.compressed_headers
+    history, view, archive = run["history"], run["view"], run["archive"]
+    replaced = replaced_by_view(history, view)
+    assert len(replaced) > len(history) // 2, "the loop did not compress enough to test"
+    by_position: dict[int, list[dict[str, Any]]] = {}
+    for row in archive:
+        by_position.setdefault(row["position"], []).append(row["message"])
+    missing = [p for p in replaced if p not in by_position]
+    print(f"\n{len(missing)} of {len(replaced)} replaced originals missing from the archive")
+    assert missing == []
+    for position in replaced:
+        assert [canonical(m) for m in by_position[position]] == [canonical(history[position])]
+    assert max(Counter(row["position"] for row in archive).values()) == 1
+    assert audit.status_code == 200, audit.text
+    report = audit.json()
+    assert report["object"] == "archive_audit"
+    assert report["missing"] == [] and report["complete"] is True
+    # The audit's replaced positions are the client's view of them (the request just sent
+    # after the newest checkpoint adds only messages it holds verbatim).
+    assert report["replaced"] == [p for p in replaced if p < report["prefix_len"]]
+    assert set(report["archived"]) >= set(report["replaced"])
+
+
+def test_audit_of_an_unknown_session_is_not_found(sim: Simulator, db_path: str) -> None:
+    settings = settings_for(sim.base_url, db_path, auth={"admin_key": "adm"})
+    with ProxyServer(settings) as proxy:
+        root = proxy.base_url.removesuffix("/v1")
+        response = httpx.get(f"{root}/admin/sessions/anon/nobody/audit", headers=ADMIN)
+        unauthorised = httpx.get(f"{root}/admin/sessions/anon/nobody/audit")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "session_not_found"
+    assert unauthorised.status_code == 401
