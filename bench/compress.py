@@ -21,8 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from compression import CompressionContext, Compressor, SummaryCall, SummaryReply
-from compression.messages.types import Message
+from compression import CompressionContext, Compressor, Message, SummaryCall, SummaryReply
 from compression.verbatim import anchors, fileops, instructions, observations
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus"
@@ -33,7 +32,7 @@ SUMMARY = "## Goal\nContinue the work.\n## Completed Actions\n1. Many tool calls
 
 def counter() -> Any:
     try:
-        from compression.counting.tokens import counter_for_model
+        from compression import counter_for_model
     except ImportError:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from tests.compression.counters import CharCounter

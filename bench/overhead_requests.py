@@ -42,7 +42,7 @@ def build_history(target_tokens: int) -> tuple[list[dict[str, Any]], list[dict[s
     A valid cut ends on a user or tool message and leaves no tool call unanswered (the next
     message is not another tool result), which is what an agent sends for its next turn.
     """
-    from compression.counting.tokens import counter_for_model
+    from compression import counter_for_model
 
     counter = counter_for_model(MODEL)
     conversations, tools = _load_corpus()
@@ -142,7 +142,7 @@ def _first_cut_at(
     messages: list[dict[str, Any]], tools: list[dict[str, Any]], cuts: list[int], tokens: int
 ) -> int:
     """The index in `cuts` of the first cut holding at least `tokens`."""
-    from compression.counting.tokens import counter_for_model
+    from compression import counter_for_model
 
     counter = counter_for_model(MODEL)
 

@@ -4,11 +4,28 @@
     result = await engine.compress(view, CompressionContext(...))
     if result.outcome in ("compressed", "fallback"): commit result.messages / result.state
 
-This package imports nothing from the proxy or storage, and no web, HTTP or database library.
+Its passes, one subpackage each, in the order a compression runs them:
+
+- `compression.messages`: the chat-shaped wire types, reading content, tool pairs, digests;
+- `compression.counting`: token estimates (tiktoken, offline), calibration, a pass's figures;
+- `compression.assembly`: where to cut (planning), splicing the handoff in, the invariants;
+- `compression.pruning`: deterministic prune passes over old tool output;
+- `compression.verbatim`: what the handoff carries as it was (user words, file reads, pins,
+  instructions, anchors, a client's canned opening);
+- `compression.summary`: the summary call, its input and prompt, the handoff, handles, the
+  mechanical fallback and the failure classes.
+
+The engine's contract (`engine.py`), its options, thresholds, state, registry and the two
+engines (`compressor.py`, `passthrough.py`) sit at the top. This module is the package's face:
+the rest of the product imports only the names below. The package imports nothing from the
+proxy, the session core or storage, and no web, HTTP or database library.
 """
 
 from compression.assembly.invariants import CompressionInvariantError, check_invariants
+from compression.assembly.planning import budgets_for
 from compression.compressor import Compressor
+from compression.counting.calibration import Calibration
+from compression.counting.tokens import IMAGE_PARTS, counter_for_model
 from compression.engine import (
     CompressionContext,
     CompressionResult,
@@ -21,6 +38,8 @@ from compression.engine import (
     TokenCounter,
     Trigger,
 )
+from compression.messages.content import content_text
+from compression.messages.digest import chained_digests
 from compression.messages.toolpairs import sanitize_tool_pairs
 from compression.messages.types import (
     ContentPart,
@@ -35,7 +54,9 @@ from compression.passthrough import PassthroughEngine
 from compression.registry import ENGINES, engine_limits, load_engine
 from compression.state import EngineState, blocked_reason, record_real_usage
 from compression.summary.failures import ABORT_CLASSES, SummaryFailure, classify_error
-from compression.summary.handoff import view_summaries
+from compression.summary.handles import RECALL_TOOL, handle, parse_handles, with_handles
+from compression.summary.handoff import handoff_text, parse_handoff, view_summaries
+from compression.summary.prompts import USER_CLOSE, USER_OPEN
 from compression.thresholds import (
     Limits,
     agent_threshold,
@@ -43,11 +64,18 @@ from compression.thresholds import (
     hygiene_due,
     limits_for,
 )
+from compression.verbatim.fileops import FileOp, file_ops
+from compression.verbatim.preamble import preamble_end, system_end
 
 __all__ = [
     "ABORT_CLASSES",
     "ENGINES",
     "FAILURE_CLASSES",
+    "IMAGE_PARTS",
+    "RECALL_TOOL",
+    "USER_CLOSE",
+    "USER_OPEN",
+    "Calibration",
     "CompressionContext",
     "CompressionInvariantError",
     "CompressionResult",
@@ -56,6 +84,7 @@ __all__ = [
     "ContentPart",
     "ContextEngine",
     "EngineState",
+    "FileOp",
     "FunctionCall",
     "Limits",
     "Message",
@@ -73,14 +102,26 @@ __all__ = [
     "Trigger",
     "agent_threshold",
     "blocked_reason",
+    "budgets_for",
+    "chained_digests",
     "check_invariants",
     "classify_error",
+    "content_text",
+    "counter_for_model",
     "effective_window",
     "engine_limits",
+    "file_ops",
+    "handle",
+    "handoff_text",
     "hygiene_due",
     "limits_for",
     "load_engine",
+    "parse_handles",
+    "parse_handoff",
+    "preamble_end",
     "record_real_usage",
     "sanitize_tool_pairs",
+    "system_end",
     "view_summaries",
+    "with_handles",
 ]

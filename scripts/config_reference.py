@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from compression.options import CompressorOptions
+from compression import CompressorOptions
 from proxy.config_file import parse_settings
 from session.config import prices as prices_module
 from session.config import settings as settings_module

@@ -19,16 +19,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from compression.engine import (
+from compression import (
     CompressionContext,
     CompressionResult,
     ContextEngine,
+    Message,
     Summarizer,
     TokenCounter,
     Trigger,
+    with_handles,
 )
-from compression.messages.types import Message
-from compression.summary.handles import with_handles
 from session.provenance import (
     Replacement,
     Sources,

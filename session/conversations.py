@@ -16,9 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from compression.counting.calibration import Calibration
-from compression.engine import Summarizer, TokenCounter
-from compression.state import EngineState, record_real_usage
+from compression import Calibration, EngineState, Summarizer, TokenCounter, record_real_usage
 from session.compaction import Applied, Compactor, Scheduled
 from session.config.settings import ModelRule, Settings
 from session.identity import Identity

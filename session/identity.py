@@ -18,9 +18,7 @@ from urllib.parse import quote
 
 import orjson
 
-from compression.messages.content import content_text
-from compression.messages.types import Message
-from compression.verbatim.preamble import preamble_end, system_end
+from compression import Message, content_text, preamble_end, system_end
 from session.errors import BadRequest
 
 SESSION_HEADERS = (

@@ -18,8 +18,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compression.messages.types import Message
-from compression.state import EngineState
+from compression import EngineState, Message
 from session.turn import Turn
 from storage import Fork, SessionKey, SessionRecord, SessionStore, StorageError
 

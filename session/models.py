@@ -7,12 +7,15 @@ import asyncio
 import logging
 from typing import Any
 
-from compression.counting.calibration import Calibration
-from compression.counting.tokens import counter_for_model
-from compression.engine import ContextEngine, TokenCounter
-from compression.options import CompressorOptions
-from compression.registry import engine_limits
-from compression.thresholds import Limits
+from compression import (
+    Calibration,
+    CompressorOptions,
+    ContextEngine,
+    Limits,
+    TokenCounter,
+    counter_for_model,
+    engine_limits,
+)
 from session.config.settings import ModelRule, Settings
 from session.turn import Turn, reservation
 from storage import SessionStore, StorageError

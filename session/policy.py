@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compression.engine import Trigger
-from compression.state import EngineState, blocked_reason
-from compression.thresholds import Limits
+from compression import EngineState, Limits, Trigger, blocked_reason
 from session.overflow import Overflow
 
 # A lowered max_tokens below this leaves no room for an answer worth having.

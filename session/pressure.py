@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compression.counting.calibration import Calibration
-from compression.engine import TokenCounter
-from compression.thresholds import Limits
+from compression import Calibration, Limits, TokenCounter
 from session.ports.door import IMAGE_MARK
 from session.turn import Turn
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compression.messages.types import Message
+from compression import Message
 
 Sources = tuple[int | None, ...]
 

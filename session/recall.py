@@ -18,10 +18,15 @@ from typing import Any, cast
 
 import orjson
 
-from compression.engine import TokenCounter
-from compression.messages.content import content_text
-from compression.messages.types import Message, ToolSchema
-from compression.summary.handles import RECALL_TOOL, handle, parse_handles
+from compression import (
+    RECALL_TOOL,
+    Message,
+    TokenCounter,
+    ToolSchema,
+    content_text,
+    handle,
+    parse_handles,
+)
 from session.config.settings import RecallSettings
 from session.metrics import Metrics
 from session.ports.door import AnswerCalls, ToolCall

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
-from compression.engine import SummaryCall, SummaryCallError, SummaryReply
+from compression import SummaryCall, SummaryCallError, SummaryReply
 from session.config.settings import SummarySettings
 from session.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
 from session.ports.door import FrontDoor, Usage

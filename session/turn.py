@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from compression.messages.digest import chained_digests
-from compression.messages.types import Message, ToolSchema
-from compression.state import EngineState
+from compression import EngineState, Message, ToolSchema, chained_digests
 from session.config.settings import ModelRule
 from session.identity import Identity
 from session.ports.door import FrontDoor, WireRequest

@@ -1,8 +1,8 @@
 """Session kinds, and whether the file an agent edits was still in view when it edited.
 
 An edit's old text must match the file. For each edit a coding session makes (found by
-`compression.verbatim.fileops` on the ORIGINAL history), the request the model answered
-with that edit is the one to look at: was the newest read of the file (its result, verbatim) forwarded in it?
+`compression.verbatim.fileops` on the ORIGINAL history), the request the model answered with that
+edit is the one to look at: was the newest read of the file (its result, verbatim) forwarded in it?
 If not, the model had to rebuild the file from memory or recall it.
 """
 
@@ -14,9 +14,7 @@ from typing import cast
 from bench.evaluation.artifacts import view_text
 from bench.evaluation.corpus import Session
 from bench.evaluation.replay import Turn
-from compression.messages.content import content_text
-from compression.messages.types import Message
-from compression.verbatim.fileops import FileOp, file_ops
+from compression import FileOp, Message, content_text, file_ops
 
 Fraction = tuple[int, int]  # (kept, total)
 

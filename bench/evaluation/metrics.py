@@ -16,12 +16,17 @@ from bench.evaluation.needles import needle_key
 from bench.evaluation.recall import ProbeOutcome
 from bench.evaluation.recoverable import Recoverable, recoverable_of
 from bench.evaluation.replay import Replay
-from compression import CompressionInvariantError, check_invariants
-from compression.assembly.planning import budgets_for
-from compression.options import CompressorOptions
-from compression.summary.handoff import handoff_text, parse_handoff
-from compression.summary.prompts import USER_CLOSE, USER_OPEN
-from compression.thresholds import limits_for
+from compression import (
+    USER_CLOSE,
+    USER_OPEN,
+    CompressionInvariantError,
+    CompressorOptions,
+    budgets_for,
+    check_invariants,
+    handoff_text,
+    limits_for,
+    parse_handoff,
+)
 from tests.simulator import Received
 from tests.simulator.tokens import count_text, message_tokens
 

@@ -1,10 +1,10 @@
 """Recoverable retention: what of the client's history a model can still read, verbatim in the
 forwarded view or through a handle the view names and ctxgate's archive holds.
 
-The handles a view names are read as the compressor writes them
-(compression/summary/handles.py): the summary's "[Archived originals: m2-m40, m43 — …]" line and a rewritten message's
-"[archived: m12]" suffix. The archive is what ctxgate's admin API serves
-(`GET /admin/sessions/{scope}/{key}/archive`), fetched over HTTP by the replay.
+The handles a view names are read as the compressor writes them (compression/summary/handles.py):
+the summary's "[Archived originals: m2-m40, m43 — …]" line and a rewritten message's "[archived:
+m12]" suffix. The archive is what ctxgate's admin API serves (`GET
+/admin/sessions/{scope}/{key}/archive`), fetched over HTTP by the replay.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from urllib.parse import quote
 import httpx
 
 from bench.evaluation.artifacts import Message, message_text, view_text
-from compression.summary.handles import parse_handles
+from compression import parse_handles
 
 Fraction = tuple[int, int]
 

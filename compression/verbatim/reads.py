@@ -1,10 +1,10 @@
 """The files an agent reads, kept in view for the edits that depend on them (pure).
 
-A coding agent edits what it read earlier, and an edit's old text must match the file: a read
-pruned to a one-liner leaves the model to rebuild the file from memory. So for each file the
-summarized region read (found by `compression.verbatim.fileops`, which knows the tools of
-Codex, Claude Code, OpenCode, Gemini CLI and SWE-agent), the newest read is carried verbatim inside the
-handoff while `file_share` of the threshold allows:
+A coding agent edits what it read earlier, and an edit's old text must match the file: a read pruned
+to a one-liner leaves the model to rebuild the file from memory. So for each file the summarized
+region read (found by `compression.verbatim.fileops`, which knows the tools of Codex, Claude Code,
+OpenCode, Gemini CLI and SWE-agent), the newest read is carried verbatim inside the handoff while
+`file_share` of the threshold allows:
 
     1. files the agent edits after reading them, or touches again later;
     2. the rest;

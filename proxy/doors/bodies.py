@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.messages.types import ToolSchema
+from compression import ToolSchema
 from session.errors import BadRequest
 
 

@@ -27,7 +27,7 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from compression.state import EngineState
+from compression import EngineState
 from proxy.edge.dashboard import router as dashboard_router
 from proxy.edge.services import Services
 from proxy.errors import invalid_request

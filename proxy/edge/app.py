@@ -15,7 +15,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from compression.engine import ContextEngine
+from compression import ContextEngine
 from proxy.doors.registry import BY_PATH, Door
 from proxy.edge.admin import router as admin_router
 from proxy.edge.gemini_routes import ENVELOPE as GEMINI_ENVELOPE

@@ -13,8 +13,7 @@ from typing import Any
 
 import orjson
 
-from compression.counting.tokens import counter_for_model
-from compression.engine import CompressionContext
+from compression import CompressionContext, counter_for_model
 from proxy.doors.chat.request import parse_chat_request
 from proxy.doors.registry import BY_API, summary_door
 from proxy.edge.services import build_engine

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from compression.engine import ContextEngine
+from compression import ContextEngine
 from proxy.doors.registry import summary_door
 from proxy.gateway.auth import Authenticator
 from proxy.gateway.gateway import Gateway

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from compression.summary.handles import RECALL_TOOL
+from compression import RECALL_TOOL
 from proxy.doors.streaming import StreamRelay
 from session.errors import ProxyError, UpstreamStatus
 from session.metrics import Metrics

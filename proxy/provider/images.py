@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, cast
 
-from compression.messages.types import Message
+from compression import Message
 
 DEFAULT_BYTES = 4 * 1024 * 1024  # under every provider's per-image limit
 DEFAULT_PIXELS = 8000

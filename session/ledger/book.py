@@ -15,9 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from compression.counting.calibration import Calibration
-from compression.engine import TokenCounter
-from compression.messages.types import Message, ToolSchema
+from compression import Calibration, Message, TokenCounter, ToolSchema
 from session.config.settings import Settings
 from session.ledger.tiers import CACHE_TTL_S, Split, caching_of, cost, full_history_split, split_of
 from session.ports.door import Usage

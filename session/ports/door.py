@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from compression.engine import SummaryCall, SummaryReply
-from compression.messages.types import Message, ToolSchema
+from compression import Message, SummaryCall, SummaryReply, ToolSchema
 from session.errors import ProxyError
 from session.overflow import Overflow
 

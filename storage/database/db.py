@@ -108,7 +108,8 @@ class Database:
 
     async def lookup(self, work: Inline[T]) -> T:
         """`read` for a few indexed rows: on SQLite run on this thread (see
-        storage.database.inline), falling back to `read` when SQLite would make it wait or fails it."""
+        storage.database.inline), falling back to `read` when SQLite would make it wait or fails
+        it."""
         if self._inline is not None:
             # Errors come from SQLAlchemy, or from sqlite3 for statements built once.
             try:

@@ -14,8 +14,7 @@ from typing import Any
 
 import orjson
 
-from compression.engine import SummaryCall, SummaryCallError, SummaryReply
-from compression.messages.types import Message, ToolSchema
+from compression import Message, SummaryCall, SummaryCallError, SummaryReply, ToolSchema
 from proxy.doors.bodies import with_tools
 from proxy.doors.chat import recall_tool as chat_recall
 from proxy.doors.chat.recall_tool import ChatAnswerStream, ChatCallFilter

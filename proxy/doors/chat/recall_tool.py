@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.messages.types import Message
+from compression import Message
 from proxy.doors.sse_data import data_of, json_object, with_data
 from session.ports.door import AnswerCalls, ToolCall
 

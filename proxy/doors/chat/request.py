@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from compression.counting.tokens import IMAGE_PARTS
-from compression.messages.types import Message, ToolSchema
+from compression import IMAGE_PARTS, Message, ToolSchema
 from proxy.doors.bodies import json_object, json_type, missing_or_type, required_model
 from proxy.doors.grown_bodies import Grown, GrownBodies
 from session.errors import BadRequest

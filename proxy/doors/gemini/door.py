@@ -15,8 +15,7 @@ from typing import Any
 
 import orjson
 
-from compression.engine import SummaryCall, SummaryReply
-from compression.messages.types import Message, ToolSchema
+from compression import Message, SummaryCall, SummaryReply, ToolSchema
 from proxy.doors.gemini import events
 from proxy.doors.gemini import recall_tool as recall
 from proxy.doors.gemini.parts import render_view

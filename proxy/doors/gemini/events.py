@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from compression.engine import SummaryCall, SummaryCallError, SummaryReply
+from compression import SummaryCall, SummaryCallError, SummaryReply
 from proxy.doors.sse_data import json_object
 from session.ports.door import Usage
 

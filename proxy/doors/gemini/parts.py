@@ -33,7 +33,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.messages.types import ContentPart, Message, ToolCall
+from compression import ContentPart, Message, ToolCall
 from proxy.doors.gemini.pairs import (
     DUMMY_SIGNATURE,
     SIGNATURE,

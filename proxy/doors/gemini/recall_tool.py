@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.messages.types import ToolSchema
+from compression import ToolSchema
 from proxy.doors import bodies
 from proxy.doors.gemini.pairs import DUMMY_SIGNATURE, SIGNATURE, Part, WireContent
 from proxy.doors.gemini.parts import POSITIONAL, arguments_of, from_wire

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compression.messages.types import Message, ToolSchema
+from compression import Message, ToolSchema
 from proxy.doors.bodies import json_object
 from proxy.doors.gemini.parts import to_chat
 from session.errors import BadRequest

@@ -33,7 +33,7 @@ from typing import Any, TypedDict, cast
 
 import orjson
 
-from compression.messages.types import ContentPart, Message, ToolCall
+from compression import ContentPart, Message, ToolCall
 from proxy.doors.messages.compaction_blocks import HEAD, compaction_cut, compaction_head
 from session.ports.door import original_of, with_original
 

@@ -14,8 +14,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.engine import SummaryCall, SummaryReply
-from compression.messages.types import Message, ToolSchema
+from compression import Message, SummaryCall, SummaryReply, ToolSchema
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.messages import events
 from proxy.doors.messages import recall_tool as recall

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.messages.types import ToolSchema
+from compression import ToolSchema
 from proxy.doors import bodies
 from proxy.doors.messages.blocks import WireMessage, to_chat
 from proxy.doors.sse_data import data_of, json_object, with_data

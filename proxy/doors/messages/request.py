@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.messages.types import Message, ToolSchema
+from compression import Message, ToolSchema
 from proxy.doors.bodies import json_object
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.messages.blocks import WireMessage, from_wire, to_chat

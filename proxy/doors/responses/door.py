@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compression.engine import SummaryCall, SummaryReply
-from compression.messages.types import Message, ToolSchema
+from compression import Message, SummaryCall, SummaryReply, ToolSchema
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.responses import recall_tool as responses_recall
 from proxy.doors.responses import stream as responses_stream

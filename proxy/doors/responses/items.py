@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.messages.types import Message, ToolCall
+from compression import Message, ToolCall
 from proxy.doors.responses.compaction_items import HEAD, compaction_cut, head_text
 from proxy.doors.responses.parts import chat_content
 from session.ports.door import ORIGINAL

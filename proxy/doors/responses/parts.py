@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from compression.messages.types import ContentPart
+from compression import ContentPart
 from session.ports.door import ORIGINAL
 
 TEXT_TYPES = frozenset({"input_text", "output_text", "text"})

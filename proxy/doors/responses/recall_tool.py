@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import orjson
 
-from compression.messages.types import Message, ToolSchema
+from compression import Message, ToolSchema
 from proxy.doors import bodies
 from proxy.doors.responses.items import group_message, item_kind
 from proxy.doors.responses.stream import event_type

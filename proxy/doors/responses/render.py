@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from compression.messages.content import content_text
-from compression.messages.types import Message
+from compression import Message, content_text
 from proxy.doors.responses.compaction_items import HEAD
 from proxy.doors.responses.items import (
     Item,

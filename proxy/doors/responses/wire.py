@@ -18,9 +18,14 @@ from typing import Any, cast
 
 import orjson
 
-from compression.engine import SummaryCall, SummaryCallError, SummaryReply
-from compression.messages.content import content_text
-from compression.messages.types import Message, ToolSchema
+from compression import (
+    Message,
+    SummaryCall,
+    SummaryCallError,
+    SummaryReply,
+    ToolSchema,
+    content_text,
+)
 from proxy.doors.bodies import json_object, required_model
 from proxy.doors.grown_bodies import Grown, GrownBodies
 from proxy.doors.responses.compaction_items import compaction_cut, is_compaction
