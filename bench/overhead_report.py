@@ -299,7 +299,7 @@ PROFILE_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("  parse_chat_request (JSON and validation)", ("parse_chat_request (",)),
     ("  body growth check (GrownBodies)", ("GrownBodies.",)),
     ("  token counting (compression/counting/tokens.py)", ("(compression/counting/tokens.py",)),
-    ("  ledger (proxy/ledger/)", ("(proxy/ledger/",)),
+    ("  ledger (session/ledger/)", ("(session/ledger/",)),
     ("  upstream call, non-stream (Upstream.call)", ("Upstream.call (",)),
     ("  upstream open, stream (Upstream.open_stream)", ("Upstream.open_stream (",)),
     ("stream relay task (Gateway._relay)", ("Gateway._relay (",)),

@@ -30,7 +30,7 @@ from compression.assembly.planning import (
     worth_summarizing,
 )
 from compression.assembly.splice import assemble
-from compression.counting.figures import Ledger
+from compression.counting.figures import PassFigures
 from compression.engine import ClippedMessage, CompressionContext, CompressionResult, Outcome
 from compression.messages.content import content_text
 from compression.messages.toolpairs import (
@@ -87,7 +87,7 @@ class _Pass:
     ctx: CompressionContext
     options: CompressorOptions
     limits: Limits
-    ledger: Ledger
+    figures: PassFigures
     pairing: ToolPairing
     figure: int  # the caller's real/anchored token figure, else the estimate
     pins: PinPlan = PinPlan()  # client-placed content every compressed view keeps
@@ -96,9 +96,9 @@ class _Pass:
 
     @property
     def calibration(self) -> float:
-        if self.ctx.current_tokens is None or self.ledger.total <= 0:
+        if self.ctx.current_tokens is None or self.figures.total <= 0:
             return 1.0
-        return min(max(self.figure / self.ledger.total, 0.5), 2.0)
+        return min(max(self.figure / self.figures.total, 0.5), 2.0)
 
     def unchanged(
         self,
@@ -137,15 +137,15 @@ class Compressor:
         self, messages: Sequence[Message], ctx: CompressionContext
     ) -> CompressionResult:
         view = list(messages)
-        ledger = Ledger.measure(view, ctx.counter, ctx.tools)
+        figures = PassFigures.measure(view, ctx.counter, ctx.tools)
         run = _Pass(
             view=view,
             ctx=ctx,
             options=self.options,
             limits=self.limits(ctx.context_length, ctx.max_output_tokens),
-            ledger=ledger,
+            figures=figures,
             pairing=pair_tool_calls(view),
-            figure=ctx.current_tokens if ctx.current_tokens is not None else ledger.total,
+            figure=ctx.current_tokens if ctx.current_tokens is not None else figures.total,
         )
         state = without_foreign_summary(ctx.state, view_summaries(view))
         reason = _skip_reason(run, state)
@@ -160,8 +160,8 @@ class Compressor:
         if run.pins.refused is not None:
             return run.unchanged("rejected", with_strike(state, ctx.now), run.pins.refused)
         plan = _plan(run, state)
-        pinned = sum(ledger.tokens[i] for i in _lifted(run, plan))
-        if not worth_summarizing(plan, ledger, run.limits.threshold, pinned):
+        pinned = sum(figures.tokens[i] for i in _lifted(run, plan))
+        if not worth_summarizing(plan, figures, run.limits.threshold, pinned):
             clipped = _clipped(run, state) if ctx.force else None
             if clipped is not None:
                 return clipped
@@ -172,7 +172,7 @@ class Compressor:
             if clipped is not None:
                 return clipped
             return run.unchanged("rejected", with_strike(state, ctx.now), hopeless)
-        summary = await summarize_middle(view, ctx, self.options, ledger, run.pairing, plan, state)
+        summary = await summarize_middle(view, ctx, self.options, figures, run.pairing, plan, state)
         if summary.calibration is not None:
             state = replace(state, summary_calibration=summary.calibration.to_dict())
         if summary.body is None:
@@ -201,11 +201,13 @@ def _skip_reason(run: _Pass, state: EngineState) -> str | None:
 
 def _pins(run: _Pass) -> PinPlan:
     """The pinned messages of the view and what of them fits (see `compression.verbatim.pins`)."""
-    options, ledger = run.options, run.ledger
-    found = find_pins(run.view, ledger.tokens, options.pin_paste_tokens, ledger.counter.count_text)
+    options, figures = run.options, run.figures
+    found = find_pins(
+        run.view, figures.tokens, options.pin_paste_tokens, figures.counter.count_text
+    )
     if not found:
         return PinPlan()
-    return plan_pins(found, int(run.limits.threshold * options.pin_share), ledger.message)
+    return plan_pins(found, int(run.limits.threshold * options.pin_share), figures.message)
 
 
 def _lifted(run: _Pass, plan: CutPlan) -> list[int]:
@@ -219,16 +221,16 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
     cap = int(run.limits.threshold * OPENING_SHARE)
     # Pinned content has its own budget: it does not push the rest of an opening out.
     pinned = run.pins.indices
-    unpinned = [0 if i in pinned else size for i, size in enumerate(run.ledger.tokens)]
+    unpinned = [0 if i in pinned else size for i, size in enumerate(run.figures.tokens)]
     fixed = fixed_end(run.view, unpinned, cap)
     head = head_end(run.view, run.options.protect_first_n, decayed, fixed)
-    fixed = run.ledger.base + run.ledger.span(0, head) + run.pins.tokens_in(head, len(run.view))
-    users = carry_need(run.view, head, run.ledger, run.pins.indices)
-    files = files_need(run.reads, head, run.ledger.counter.count_text)
+    fixed = run.figures.base + run.figures.span(0, head) + run.pins.tokens_in(head, len(run.view))
+    users = carry_need(run.view, head, run.figures, run.pins.indices)
+    files = files_need(run.reads, head, run.figures.counter.count_text)
     plan: CutPlan | None = None
     for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
         budgets = budgets_for(run.options, run.limits, fixed, level, users, files)
-        candidate = plan_cut(run.view, run.ledger, run.pairing, head, budgets, level)
+        candidate = plan_cut(run.view, run.figures, run.pairing, head, budgets, level)
         if candidate.empty:
             continue
         plan = candidate
@@ -236,7 +238,7 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
             break
     return plan or plan_cut(
         run.view,
-        run.ledger,
+        run.figures,
         run.pairing,
         head,
         budgets_for(run.options, run.limits, fixed, MAX_LEVEL, users, files),
@@ -246,15 +248,15 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
 
 def _estimate(run: _Pass, plan: CutPlan, *, with_summary: bool = True) -> int:
     """Tokens of the planned view; without the summary it is a floor no summary can beat."""
-    ledger = run.ledger
-    extra = sum(ledger.tokens[i] for i in (plan.restate, plan.reply) if i is not None)
+    figures = run.figures
+    extra = sum(figures.tokens[i] for i in (plan.restate, plan.reply) if i is not None)
     extra += run.pins.tokens_in(plan.head_end, plan.tail_start)
-    summary = summary_tokens(run.options, plan, ledger, run.limits.context_length)
+    summary = summary_tokens(run.options, plan, figures, run.limits.context_length)
     handoff = summary + MARKER_TOKENS + plan.budgets.carry + plan.budgets.files
     return (
-        ledger.base
-        + ledger.span(0, plan.head_end)
-        + ledger.span(plan.tail_start, len(run.view))
+        figures.base
+        + figures.span(0, plan.head_end)
+        + figures.span(plan.tail_start, len(run.view))
         + (handoff if with_summary else 0)
         + extra
     )
@@ -265,7 +267,7 @@ def _hopeless(run: _Pass, plan: CutPlan) -> str | None:
     if plan.level < MAX_LEVEL:
         return None
     floor = _estimate(run, plan, with_summary=False)
-    if floor >= run.ledger.total:
+    if floor >= run.figures.total:
         return f"the messages that must stay verbatim ({floor:,} tokens) are not smaller"
     limit = _limit(run)
     projected = int(floor * run.calibration)  # in the provider's tokens, like the limit
@@ -277,14 +279,16 @@ def _hopeless(run: _Pass, plan: CutPlan) -> str | None:
 def _clipped(run: _Pass, state: EngineState) -> CompressionResult | None:
     """A forced pass with nothing to summarize: the view with its tool outputs clipped until
     it fits under the target (None when that removes nothing)."""
-    ledger = run.ledger
+    figures = run.figures
     target = int(run.limits.threshold * TARGET_SHARE / run.calibration)
-    clipped = clip_outputs(run.view, ledger.tokens, ledger.total - target, run.options, run.pairing)
+    clipped = clip_outputs(
+        run.view, figures.tokens, figures.total - target, run.options, run.pairing
+    )
     if not clipped.pruned:
         return None
     result = clipped.messages
-    after = ledger.view(result)
-    if after >= ledger.total:
+    after = figures.view(result)
+    if after >= figures.total:
         return None
     check_invariants(result)
     projected = int(after * run.calibration)
@@ -306,7 +310,7 @@ def _fixed_part_too_large(run: _Pass) -> str | None:
     end = 0
     while end < len(run.view) and run.view[end].get("role") in ("system", "developer"):
         end += 1
-    fixed = int((run.ledger.base + run.ledger.span(0, end)) * run.calibration)
+    fixed = int((run.figures.base + run.figures.span(0, end)) * run.calibration)
     window = run.limits.window
     if fixed < window:
         return None
@@ -345,7 +349,7 @@ def _summary_state(run: _Pass, state: EngineState, summary: MiddleSummary) -> En
 def _finish(
     run: _Pass, plan: CutPlan, summary: MiddleSummary, body: str, state: EngineState
 ) -> CompressionResult:
-    view, ledger, options = run.view, run.ledger, run.options
+    view, figures, options = run.view, run.figures, run.options
     pinned = run.pins.apply(view)  # pinned messages as kept: verbatim, or their clips
     lifted = _lifted(run, plan)
     # Before the summary, not after it: the summary changes at every compression, so what
@@ -370,17 +374,17 @@ def _finish(
     spare = max(0, plan.budgets.files - files.tokens)
     carrying = replace(plan, budgets=replace(plan.budgets, carry=plan.budgets.carry + spare))
     users, anchors = carry_section(
-        view, carrying, ledger, options, count, kept, frozenset(lifted), (body, reply or "")
+        view, carrying, figures, options, count, kept, frozenset(lifted), (body, reply or "")
     )
     handoff = Handoff(body, users.texts, reply, anchors, files.files)
     result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
-    after = ledger.view(result)
+    after = figures.view(result)
     projected = int(after * run.calibration)
     check_invariants(result)
-    if after >= ledger.total or (not run.ctx.force and projected >= limit):
+    if after >= figures.total or (not run.ctx.force and projected >= limit):
         why = (
             "the compressed view is not smaller than the input"
-            if after >= ledger.total
+            if after >= figures.total
             else f"the compressed view ({projected:,} tokens) is not under {limit:,}"
         )
         return run.unchanged("rejected", with_strike(state, run.ctx.now), why)

@@ -1,10 +1,13 @@
 """Choosing the context engine by name: a short name or a `module:Class` import string.
 
-    load_engine("compressor", {"threshold": 0.6})
+    load_engine("compressor", CompressorOptions(threshold=0.6))   # options already checked
+    load_engine("compressor", {"threshold": 0.6})                 # checked here
     load_engine("passthrough", {})
     load_engine("my_pkg.engines:Mine", {...})   # Mine.from_options(options) or Mine(**options)
 
-Options are validated here, at start-up: a typo fails the boot, not the first request.
+The built-in compressor takes its options typed, or as a mapping it checks; any other engine
+takes a mapping of its own. Either way they are checked at start-up: a typo fails the boot,
+not the first request.
 """
 
 from __future__ import annotations
@@ -28,21 +31,35 @@ class HasLimits(Protocol):
     def limits(self, context_length: int, max_output_tokens: int | None) -> Limits: ...
 
 
-def load_engine(name: str, options: Mapping[str, Any] | None = None) -> ContextEngine:
+def load_engine(
+    name: str, options: CompressorOptions | Mapping[str, Any] | None = None
+) -> ContextEngine:
     target = ENGINES.get(name, name)
     if ":" not in target:
         raise ValueError(
             f"unknown compression engine {name!r}; choose one of {', '.join(ENGINES)} "
             "or give a 'module:Class' import string"
         )
-    factory = _import(target)
-    options = dict(options or {})
-    from_options = getattr(factory, "from_options", None)
-    engine = from_options(options) if callable(from_options) else factory(**options)
+    engine = _construct(name, target, _import(target), options)
     if not callable(getattr(engine, "compress", None)):
         raise ValueError(f"compression engine {name!r} has no compress() method")
     result: ContextEngine = engine
     return result
+
+
+def _construct(
+    name: str, target: str, factory: Any, options: CompressorOptions | Mapping[str, Any] | None
+) -> Any:
+    if isinstance(options, CompressorOptions):
+        if target != ENGINES["compressor"]:
+            raise ValueError(
+                f"compression engine {name!r} takes a mapping of its own options, "
+                "not the built-in compressor's"
+            )
+        return factory(options)
+    mapping = dict(options or {})
+    from_options = getattr(factory, "from_options", None)
+    return from_options(mapping) if callable(from_options) else factory(**mapping)
 
 
 def _import(target: str) -> Any:

@@ -37,14 +37,11 @@ def effective_window(context_length: int, max_output_tokens: int | None) -> int:
 
 
 def agent_threshold(
-    window: int,
-    *,
-    ratio: float = 0.50,
-    floor_tokens: int = 64_000,
-    cap: int | None = None,
-    context_length: int | None = None,
+    window: int, options: CompressorOptions, context_length: int | None = None
 ) -> int:
-    proportional = int(window * ratio)
+    """Compress at or above this many prompt tokens (`context_length` bounds the optional cap)."""
+    proportional = int(window * options.threshold)
+    floor_tokens = options.min_threshold_tokens
     threshold = max(proportional, floor_tokens)
     ceiling = max(1, min(int(window * FLOOR_CAP_RATIO), window - 1))
     if threshold > ceiling and floor_tokens > proportional:
@@ -53,12 +50,13 @@ def agent_threshold(
         threshold = max(proportional, ceiling)
     if threshold >= window:
         threshold = ceiling
+    cap = options.threshold_tokens
     if cap is not None and cap > 0:
         threshold = min(threshold, min(cap, context_length or cap))
     return max(1, threshold)
 
 
-def hygiene_tokens(context_length: int, ratio: float = 0.85) -> int:
+def hygiene_tokens(context_length: int, ratio: float) -> int:
     return max(1, int(context_length * ratio))
 
 
@@ -69,13 +67,7 @@ def limits_for(
     return Limits(
         context_length=context_length,
         window=window,
-        threshold=agent_threshold(
-            window,
-            ratio=options.threshold,
-            floor_tokens=options.min_threshold_tokens,
-            cap=options.threshold_tokens,
-            context_length=context_length,
-        ),
+        threshold=agent_threshold(window, options, context_length),
         hygiene_tokens=hygiene_tokens(context_length, options.hygiene_threshold),
         hygiene_messages=options.hygiene_max_messages,
     )

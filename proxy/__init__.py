@@ -3,14 +3,15 @@
 A request walks its subpackages in one direction, and each imports only those after it:
 
 - `proxy.edge`: the ASGI app, its routes, the admin API, the dashboard, the `ctxgate` command;
-- `proxy.core`: the session core: the gateway, the policy, compaction, recall;
-- `proxy.ledger`: what calls cost, the savings in tokens and money, shadow checks;
+- `proxy.gateway`: one request served end to end: auth, the relay, recall rounds;
 - `proxy.doors`: the front doors: each wire API parsed, rendered and its stream relayed;
-- `proxy.provider`: the provider side: upstreams, the connection pool, headers, overflows.
+- `proxy.provider`: the provider side: upstreams over the connection pool, images.
 
-`session.config.settings` (with `session.config.reader`) and `session.errors` are shared by every stage and
-import none of them. `tests/test_architecture.py` holds the subpackages to the `May import`
-line of their docstrings, and fails on any import circle.
+Below them all is the session core (`session/`), which holds the conversation logic and the
+contracts the doors and the provider implement. `proxy.config_file` reads the configuration
+and `proxy.http_errors` maps errors to HTTP; both are shared by every stage and import none of them.
+`tests/test_architecture.py` holds the subpackages to the `May import` line of their
+docstrings, and fails on any import circle.
 """
 
 from proxy.config_file import load_settings

@@ -9,17 +9,20 @@ returns the frozen dataclasses of session/config/settings.py. Any problem raises
 from __future__ import annotations
 
 import os
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from compression import CompressorOptions
 from session.config.prices import read_prices
 from session.config.reader import Reader, interpolate
 from session.config.reader import SettingsError as SettingsError  # raised by load_settings
 from session.config.settings import (
     APIS,
+    COMPRESSION_KEYS,
     AuthSettings,
     CompressionSettings,
     LoggingSettings,
@@ -179,46 +182,68 @@ def _models(raw: Any, upstreams: Mapping[str, UpstreamSettings]) -> tuple[ModelR
 
 def _compression(r: Reader, upstreams: Mapping[str, UpstreamSettings]) -> CompressionSettings:
     d = CompressionSettings()
-    s = r.child("summary")
+    s, ds = r.child("summary"), d.summary
     summary = SummarySettings(
-        model=s.get("model", str, "auto"),
-        upstream=s.get("upstream", str, "auto"),
-        timeout_s=s.positive("timeout_s", float, 120.0),
-        context_length=s.positive("context_length", int, None),
+        model=s.get("model", str, ds.model),
+        upstream=s.get("upstream", str, ds.upstream),
+        timeout_s=s.positive("timeout_s", float, ds.timeout_s),
+        context_length=s.positive("context_length", int, ds.context_length),
     )
     s.done()
-    c = r.child("recall")
+    c, dc = r.child("recall"), d.recall
     recall = RecallSettings(
-        enabled=c.get("enabled", bool, True),
-        max_rounds=c.positive("max_rounds", int, 3),
-        max_tokens=c.positive("max_tokens", int, 8000),
+        enabled=c.get("enabled", bool, dc.enabled),
+        max_rounds=c.positive("max_rounds", int, dc.max_rounds),
+        max_tokens=c.positive("max_tokens", int, dc.max_tokens),
     )
     c.done()
     shadow = _shadow(r.child("shadow"))
     if summary.upstream != "auto" and summary.upstream not in upstreams:
         raise SettingsError(f"compression.summary.upstream: unknown upstream {summary.upstream!r}")
+    engine: str = r.get("engine", str, d.engine)
+    raw_options = dict(r.get("options", dict, {}))
     out = CompressionSettings(
-        engine=r.get("engine", str, d.engine),
-        threshold=r.fraction("threshold", d.threshold),
-        hygiene_threshold=r.fraction("hygiene_threshold", d.hygiene_threshold),
-        hygiene_max_messages=r.positive("hygiene_max_messages", int, d.hygiene_max_messages),
+        engine=engine,
+        compressor=_compressor(r, raw_options if engine == "compressor" else {}),
         max_attempts=r.positive("max_attempts", int, d.max_attempts),
         background=r.get("background", bool, d.background),
         background_wait_s=r.positive("background_wait_s", float, d.background_wait_s),
         summary=summary,
         recall=recall,
         shadow=shadow,
-        options=dict(r.get("options", dict, {})),
+        options=raw_options,
     )
     r.done()
-    if out.engine == "compressor":
-        for key in out.options:
-            if key in _HOMES:
-                raise SettingsError(
-                    f"compression.options.{key}: this setting lives at {_HOMES[key]}; "
-                    "set it there instead"
-                )
     return out
+
+
+def _compressor(r: Reader, options: Mapping[str, Any]) -> CompressorOptions:
+    """The built-in compressor's options from the `compression` keys that set them and the
+    built-in engine's `options` table, checked once, by `CompressorOptions` itself."""
+    for key in options:
+        if key in _HOMES:
+            raise SettingsError(
+                f"compression.options.{key}: this setting lives at {_HOMES[key]}; "
+                "set it there instead"
+            )
+    try:
+        return CompressorOptions.from_mapping({**options, **_compression_keys(r)}, key=_key_of)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def _compression_keys(r: Reader) -> dict[str, Any]:
+    """The options set on `compression` itself, as written (read as their option's type, so a
+    `${VAR}` string becomes a number); an absent one keeps the option's default."""
+    kinds = typing.get_type_hints(CompressorOptions)
+    values = {name: r.get(name, kinds[name], None) for name in COMPRESSION_KEYS}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _key_of(option: str) -> str:
+    """An option's config key, for error messages."""
+    home = "compression" if option in COMPRESSION_KEYS else "compression.options"
+    return f"{home}.{option}"
 
 
 def _shadow(r: Reader) -> ShadowSettings:
@@ -237,9 +262,7 @@ def _shadow(r: Reader) -> ShadowSettings:
 
 # Built-in engine options that have their home elsewhere in the config.
 _HOMES = {
-    "threshold": "compression.threshold",
-    "hygiene_threshold": "compression.hygiene_threshold",
-    "hygiene_max_messages": "compression.hygiene_max_messages",
+    **{name: f"compression.{name}" for name in COMPRESSION_KEYS},
     "summary_model": "compression.summary.model",
     "summary_timeout": "compression.summary.timeout_s",
     "summary_model_context_length": "compression.summary.context_length",
@@ -256,11 +279,14 @@ def _auth(r: Reader) -> AuthSettings:
 
 
 def _logging(r: Reader) -> LoggingSettings:
-    level: str = r.get("level", str, "info").lower()
+    d = LoggingSettings()
+    level: str = r.get("level", str, d.level).lower()
     if level not in ("debug", "info", "warning", "error"):
         raise SettingsError(f"logging.level: expected debug, info, warning or error, got {level!r}")
     out = LoggingSettings(
-        level=level, json=r.get("json", bool, True), log_content=r.get("log_content", bool, False)
+        level=level,
+        json=r.get("json", bool, d.json),
+        log_content=r.get("log_content", bool, d.log_content),
     )
     r.done()
     return out

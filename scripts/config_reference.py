@@ -7,8 +7,9 @@
 Keys and types come from the dataclasses in session/config/settings.py and session/config/prices.py,
 descriptions from the docstring under each field, and defaults from what `parse_settings`
 actually produces for a minimal file (so the table cannot claim a default the loader does not
-apply). The built-in
-compressor's options come from `compression.options.CompressorOptions`.
+apply). The built-in compressor's options come from `compression.options.CompressorOptions`:
+all of them in their own table, and those the config sets on `compression` itself (its
+`compressor` field) as rows of that section, described by the string under the option.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from compression import CompressorOptions
 from proxy.config_file import parse_settings
 from session.config import prices as prices_module
 from session.config import settings as settings_module
-from session.config.settings import Settings, UpstreamSettings
+from session.config.settings import COMPRESSION_KEYS, Settings, UpstreamSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BEGIN = "<!-- config-reference -->"
@@ -128,9 +129,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def all_docs() -> dict[str, dict[str, str]]:
+    modules = (settings_module, prices_module, inspect.getmodule(CompressorOptions))
+    docs: dict[str, dict[str, str]] = {}
+    for module in modules:
+        assert module is not None
+        docs |= field_docs(module)
+    return docs
+
+
 def sections(loaded: Settings) -> Iterator[Section]:
     """The tables, in the order of the fields of `Settings` (nested sections after their parent)."""
-    docs = field_docs(settings_module) | field_docs(prices_module)
+    docs = all_docs()
     hints = typing.get_type_hints(Settings)
     for f in dataclasses.fields(Settings):
         hint, value = hints[f.name], getattr(loaded, f.name)
@@ -159,7 +169,7 @@ def _nested(path: str, cls: type, value: Any, intro: str) -> Iterator[Section]:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         sub = hints[f.name]
-        if dataclasses.is_dataclass(sub) and isinstance(sub, type):
+        if dataclasses.is_dataclass(sub) and isinstance(sub, type) and sub is not CompressorOptions:
             sub_intro = one_line(inspect.getdoc(sub) or "")
             yield from _nested(f"{path}.{f.name}", sub, getattr(value, f.name), sub_intro)
 
@@ -177,38 +187,51 @@ def section_table(section: Section, docs: dict[str, dict[str, str]]) -> list[str
     if section.intro:
         lines += [section.intro, ""]
     lines += ["| key | type | default | description |", "|---|---|---|---|"]
-    hints = typing.get_type_hints(section.cls)
-    for f in dataclasses.fields(section.cls):
-        hint = hints[f.name]
-        if (section.cls, f.name) in _NOT_KEYS or dataclasses.is_dataclass(hint):
-            continue
-        description = docs.get(section.cls.__name__, {}).get(f.name)
+    for cls, f, value in _keys(section.cls, section.value):
+        hint = typing.get_type_hints(cls)[f.name]
+        description = docs.get(cls.__name__, {}).get(f.name)
         if not description:
             raise SystemExit(
-                f"{section.cls.__name__}.{f.name} has no docstring in session/config/settings.py; "
+                f"{cls.__name__}.{f.name} has no docstring in {inspect.getsourcefile(cls)}; "
                 "add one under the field (it becomes its description here)"
             )
-        loaded = getattr(section.value, f.name)
+        loaded = getattr(value, f.name)
         declared = _declared_default(f)
         if declared is not dataclasses.MISSING and declared != loaded:
             raise SystemExit(
-                f"{section.cls.__name__}.{f.name}: the dataclass default {declared!r} differs "
-                f"from the loader's {loaded!r}; make them agree in session/config/settings.py"
+                f"{cls.__name__}.{f.name}: the dataclass default {declared!r} differs "
+                f"from the loader's {loaded!r}; make them agree in {inspect.getsourcefile(cls)}"
             )
-        default = "required" if (section.cls, f.name) in _REQUIRED else render_default(loaded)
+        default = "required" if (cls, f.name) in _REQUIRED else render_default(loaded)
         key = f"`{section.path}.{f.name}`"
         lines.append(f"| {key} | {type_name(hint)} | {default} | {_cell(description)} |")
     return lines + [""]
 
 
+def _keys(cls: type, value: Any) -> Iterator[tuple[type, dataclasses.Field[Any], Any]]:
+    """The section's keys, in field order, each as (its class, its field, the loaded instance
+    holding it): the built-in compressor's options set on this section stand where the
+    `CompressorOptions` field does."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if hint is CompressorOptions:
+            options = {item.name: item for item in dataclasses.fields(CompressorOptions)}
+            for name in COMPRESSION_KEYS:
+                yield CompressorOptions, options[name], getattr(value, f.name)
+        elif (cls, f.name) not in _NOT_KEYS and not dataclasses.is_dataclass(hint):
+            yield cls, f, value
+
+
 def options_table() -> list[str]:
     """The built-in compressor's options (names, types and defaults only)."""
+    *first, last = (f"`{name}`" for name in COMPRESSION_KEYS)
     lines = [
         "#### `compression.options` of the built-in `compressor` engine",
         "",
-        "Checked at start-up: an unknown name or a wrong value stops it. `threshold`, "
-        "`hygiene_threshold` and `hygiene_max_messages` default to the `compression` keys of "
-        "the same name, `summary_model_context_length` to `compression.summary.context_length`.",
+        f"Checked at start-up: an unknown name or a wrong value stops it. {', '.join(first)} "
+        f"and {last} default to the `compression` keys of the same name, "
+        "`summary_model_context_length` to `compression.summary.context_length`.",
         "",
         "| option | type | default |",
         "|---|---|---|",
@@ -223,7 +246,7 @@ def options_table() -> list[str]:
 def render() -> str:
     """The Markdown between the markers (without them)."""
     loaded = parse_settings(_MINIMAL, {})
-    docs = field_docs(settings_module) | field_docs(prices_module)
+    docs = all_docs()
     lines = [
         "<!-- Generated from session/config/settings.py and compression/options.py by "
         f"`{COMMAND}`; do not edit by hand. -->",

@@ -39,7 +39,7 @@ from session.policy import (
     decide,
     probed_window,
 )
-from session.ports.door import DoorChooser, FrontDoor, Usage, WireRequest
+from session.ports.frontdoor import DoorChooser, FrontDoor, Usage, WireRequest
 from session.ports.headers import upstream_request_headers
 from session.ports.upstream import Upstream
 from session.pressure import estimate_view, measure, surely_small

@@ -1,4 +1,4 @@
-"""ctxgate's error tree, each error with its OpenAI envelope; `proxy.errors` maps it to HTTP.
+"""ctxgate's error tree, each error with its OpenAI envelope; `proxy.http_errors` maps it to HTTP.
 
     ProxyError                       500 server_error
     ├── BadRequest                   400 invalid_request_error
@@ -6,7 +6,6 @@
     ├── NotFound                     404 not_found_error
     ├── RequestTimeout               408 invalid_request_error (the body stalled; closes)
     ├── PayloadTooLarge              413 invalid_request_error
-    ├── ContextOverflow              400 invalid_request_error (compression could not make it fit)
     ├── UpstreamUnavailable          502 upstream_error
     ├── UpstreamTimeout              504 upstream_error
     └── UpstreamStatus               the upstream's own status and body, relayed as they came
@@ -82,12 +81,6 @@ class PayloadTooLarge(ProxyError):
     status_code = 413
     type = "invalid_request_error"
     code = "request_too_large"
-
-
-class ContextOverflow(ProxyError):
-    status_code = 400
-    type = "invalid_request_error"
-    code = "context_length_exceeded"
 
 
 class UpstreamUnavailable(ProxyError):

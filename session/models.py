@@ -36,13 +36,8 @@ class Models:
         self.engine = engine
         self.windows = windows  # learned from overflow errors, persisted
         self.calibrations: dict[str, Calibration] = {}
-        c = settings.compression
         # For an engine without limits of its own: the thresholds the config sets.
-        self._defaults = CompressorOptions(
-            threshold=c.threshold,
-            hygiene_threshold=c.hygiene_threshold,
-            hygiene_max_messages=c.hygiene_max_messages,
-        )
+        self._defaults: CompressorOptions = settings.compression.compressor
         self._limits: dict[tuple[int, int | None], Limits] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compression import Calibration, Limits, TokenCounter
-from session.ports.door import IMAGE_MARK
+from session.ports.frontdoor import IMAGE_MARK
 from session.turn import Turn
 
 IMAGE_TOKENS = 765

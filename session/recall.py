@@ -29,7 +29,7 @@ from compression import (
 )
 from session.config.settings import RecallSettings
 from session.metrics import Metrics
-from session.ports.door import AnswerCalls, ToolCall
+from session.ports.frontdoor import AnswerCalls, ToolCall
 from session.turn import Turn, reservation
 from storage import EventRecord, SessionKey, SessionStore, StorageError, search_terms
 

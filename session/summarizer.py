@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from compression import SummaryCall, SummaryCallError, SummaryReply
 from session.config.settings import SummarySettings
 from session.errors import ProxyError, UpstreamTimeout, UpstreamUnavailable
-from session.ports.door import FrontDoor, Usage
+from session.ports.frontdoor import FrontDoor, Usage
 from session.ports.upstream import Upstream
 
 # The summary body is JSON we serialise ourselves; servers that dispatch on the media type

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from compression import EngineState, Message, ToolSchema, chained_digests
 from session.config.settings import ModelRule
 from session.identity import Identity
-from session.ports.door import FrontDoor, WireRequest
+from session.ports.frontdoor import FrontDoor, WireRequest
 from session.ports.upstream import Upstream
 from storage import SessionKey, SessionRecord
 

@@ -1,23 +1,21 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.simulator import ModelSpec, Simulator
+from tests.simulator import ModelSpec
+from tests.simulator.fixtures import simulator_fixture
 
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(
-        models={
-            "small-8k": ModelSpec(window=8192, dialect="openai"),
-            "gpt-4o-mini": ModelSpec(window=128_000, dialect="openai"),
-        },
-        default=ModelSpec(window=128_000, dialect="openai"),
-    ) as simulator:
-        yield simulator
+# The simulator of a test that names no other: a module whose tests need other models or
+# options states them in its own `sim = simulator_fixture(...)`.
+sim = simulator_fixture(
+    {
+        "small-8k": ModelSpec(window=8192, dialect="openai"),
+        "gpt-4o-mini": ModelSpec(window=128_000, dialect="openai"),
+    },
+    ModelSpec(window=128_000, dialect="openai"),
+)
 
 
 @pytest.fixture

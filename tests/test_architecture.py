@@ -1,8 +1,15 @@
-"""Import direction: proxy -> compression, storage; compression and storage import neither.
+"""The house's import rules, read from the code.
 
-Inside `proxy/`, the subpackages follow the request's walk one way (edge -> core -> doors ->
-provider), each holding to the `May import:` line of its `__init__` docstring, and no module
-imports another that imports it back, however many modules lie between them.
+Between the top-level packages: proxy -> session -> compression, storage; compression and
+storage import neither each other nor anything above them, and the session core reaches no web
+or HTTP library, directly or through any module it imports. Outside `compression/`, code
+imports only its face (`compression/__init__.py`).
+
+Inside every package no module imports another that imports it back, however many modules lie
+between them. Inside `proxy/` and `session/`, each subpackage holds to the `May import:` line
+of its `__init__` docstring, and `proxy/`'s stages follow the request's walk one way (edge ->
+gateway -> doors -> provider). No folder is a crowd, and no two modules that import each
+other's neighbours share a name.
 """
 
 from __future__ import annotations
@@ -16,11 +23,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
+PACKAGES = ("proxy", "session", "compression", "storage")
 WEB = {"fastapi", "starlette", "httpx", "aiohttp", "yarl", "uvicorn", "h11", "httptools"}
 DB = {"sqlalchemy", "aiosqlite", "asyncpg", "psycopg", "psycopg2"}
 FORBIDDEN = {
-    "compression": WEB | DB | {"proxy", "storage"},
-    "storage": WEB | {"proxy", "compression"},
+    "compression": WEB | DB | {"proxy", "session", "storage"},
+    "storage": WEB | {"proxy", "session", "compression"},
+    "session": WEB | {"proxy"},
 }
 
 
@@ -51,7 +60,7 @@ def test_the_check_catches_a_forbidden_import(tmp_path: Path) -> None:
     assert imported_roots(sample) & FORBIDDEN["compression"] == {"httpx", "storage"}
 
 
-# --- the module graph of a package ------------------------------------------------------------
+# --- the module graph -------------------------------------------------------------------------
 
 
 def module_names(root: Path, package: str) -> dict[str, Path]:
@@ -155,12 +164,42 @@ def _circle(graph: Mapping[str, set[str]], group: set[str]) -> list[str]:
 
 
 @cache
+def product_graph() -> dict[str, set[str]]:
+    """Every product module's imports of product modules, across the packages."""
+    graph: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        graph.update(import_graph(ROOT, package))
+    every = set(graph)
+    for name, path in module_paths().items():
+        for module, names in _imports(path, name):
+            root = module.split(".")[0]
+            if root in PACKAGES and root != name.split(".")[0]:
+                submodules = {f"{module}.{n}" for n in names} & every
+                graph[name] |= submodules or ({module} & every)
+    return graph
+
+
+@cache
+def module_paths() -> dict[str, Path]:
+    paths: dict[str, Path] = {}
+    for package in PACKAGES:
+        paths.update(module_names(ROOT, package))
+    return paths
+
+
 def proxy_graph() -> dict[str, set[str]]:
-    return import_graph(ROOT, "proxy")
+    return {k: v for k, v in product_graph().items() if k.split(".")[0] == "proxy"}
 
 
-def test_no_import_circle_inside_proxy() -> None:
-    circles = [" -> ".join(circle) for circle in find_cycles(proxy_graph())]
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_circle_inside_a_package(package: str) -> None:
+    graph = import_graph(ROOT, package)
+    circles = [" -> ".join(circle) for circle in find_cycles(graph)]
+    assert circles == []
+
+
+def test_no_import_circle_across_packages() -> None:
+    circles = [" -> ".join(circle) for circle in find_cycles(product_graph())]
     assert circles == []
 
 
@@ -180,46 +219,79 @@ def test_the_check_catches_a_circle(tmp_path: Path) -> None:
     assert find_cycles(graph) == [["pkg.a", "pkg.inner.b", "pkg.c", "pkg.a"]]
 
 
+def reachable(graph: Mapping[str, set[str]], start: str) -> set[str]:
+    seen = {start}
+    frontier = [start]
+    while frontier:
+        node = frontier.pop()
+        for target in graph.get(node, ()):
+            if target not in seen:
+                seen.add(target)
+                frontier.append(target)
+    return seen
+
+
+def test_the_session_core_reaches_no_web_library() -> None:
+    """Transitively: a module of `session/` imports none, nor does anything it imports."""
+    graph, paths = product_graph(), module_paths()
+    web = {}
+    for name in sorted(n for n in graph if n.split(".")[0] == "session"):
+        reached = reachable(graph, name)
+        libraries = set().union(*(imported_roots(paths[m]) for m in reached)) & WEB
+        outside = sorted(m for m in reached if m.split(".")[0] == "proxy")
+        if libraries or outside:
+            web[name] = sorted(libraries) + outside
+    assert web == {}
+
+
+def test_the_rest_imports_only_the_face_of_compression() -> None:
+    reaching = {
+        name: sorted(t for t in targets if t.startswith("compression."))
+        for name, targets in product_graph().items()
+        if not name.startswith("compression")
+    }
+    assert {k: v for k, v in reaching.items() if v} == {}
+
+
 # --- the subpackages' directions --------------------------------------------------------------
 
 # In the walk's order.
-STAGES = ("proxy.edge", "proxy.core", "proxy.ledger", "proxy.doors", "proxy.provider")
-SHARED = {
-    "session.config.settings",
-    "proxy.config_file",
-    "session.config.reader",
-    "session.config.prices",
-    "session.errors",
-}
+STAGES = ("proxy.edge", "proxy.gateway", "proxy.doors", "proxy.provider")
+SHARED = {"proxy.config_file", "proxy.http_errors"}
 
 
 def declared_imports(package: str) -> set[str]:
-    """What a subpackage's `__init__` docstring says it may import, outside itself."""
+    """What a subpackage's `__init__` docstring says it may import of its own top-level
+    package, outside itself (every package below it may always be imported)."""
     init = ROOT / package.replace(".", "/") / "__init__.py"
     doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
     found = re.search(r"^May import:(.*?)(?:\n\n|\Z)", doc, re.M | re.S)
     assert found, f"{init.relative_to(ROOT)}: its docstring has no 'May import:' line"
-    return set(re.findall(r"\bproxy(?:\.\w+)+", found.group(1).split("(")[0]))
+    top = package.split(".")[0]
+    return set(re.findall(rf"\b{top}(?:\.\w+)+", found.group(1).split("(")[0]))
 
 
-def subpackages() -> list[str]:
+def subpackages(top: str = "proxy") -> list[str]:
     return sorted(
         name
-        for name, path in module_names(ROOT, "proxy").items()
-        if path.name == "__init__.py" and name != "proxy"
+        for name, path in module_names(ROOT, top).items()
+        if path.name == "__init__.py" and name != top
     )
 
 
 def outside_imports(package: str, allowed: set[str]) -> dict[str, list[str]]:
-    """The imports of `package`'s modules that leave it for a module `allowed` does not cover."""
-    graph = proxy_graph()
+    """The imports of `package`'s modules that leave it for a module of its own top-level
+    package that `allowed` does not cover."""
+    top = package.split(".")[0]
+    graph = product_graph()
     inside = [name for name in graph if name == package or name.startswith(package + ".")]
     offenders = {}
     for name in inside:
         wrong = sorted(
             target
             for target in graph[name]
-            if not target.startswith(package + ".")
+            if target.split(".")[0] == top
+            and not target.startswith(package + ".")
             and not any(target == a or target.startswith(a + ".") for a in allowed)
         )
         if wrong:
@@ -227,7 +299,7 @@ def outside_imports(package: str, allowed: set[str]) -> dict[str, list[str]]:
     return offenders
 
 
-@pytest.mark.parametrize("package", subpackages())
+@pytest.mark.parametrize("package", subpackages("proxy") + subpackages("session"))
 def test_subpackage_imports_only_what_its_docstring_allows(package: str) -> None:
     assert outside_imports(package, declared_imports(package)) == {}
 
@@ -241,15 +313,19 @@ def test_the_stages_run_one_way() -> None:
 
 
 def test_the_shared_modules_import_no_stage() -> None:
-    graph = proxy_graph()
+    graph = {
+        name: {t for t in targets if t.startswith("proxy.")}
+        for name, targets in proxy_graph().items()
+    }
     assert {name: sorted(graph[name] - SHARED) for name in SHARED if graph[name] - SHARED} == {}
 
 
-def test_subpackage_inits_import_nothing() -> None:
+@pytest.mark.parametrize("top", PACKAGES)
+def test_subpackage_inits_import_nothing(top: str) -> None:
     """Python runs a package's `__init__` before any of its modules: one that imported would add
-    edges the graph above does not see. Only `proxy/__init__.py` re-exports the public names."""
+    edges the graph above does not see. Only the top-level `__init__`s re-export names."""
     heavy = {}
-    for package in subpackages():
+    for package in subpackages(top):
         init = ROOT / package.replace(".", "/") / "__init__.py"
         body = ast.parse(init.read_text(encoding="utf-8")).body
         if any(not isinstance(node, ast.Expr) for node in body) or len(body) != 1:
@@ -258,60 +334,94 @@ def test_subpackage_inits_import_nothing() -> None:
 
 
 def test_the_check_catches_a_wrong_direction() -> None:
-    assert outside_imports("proxy.provider", set()) != {}  # it imports session.config.settings
+    assert outside_imports("proxy.provider", set()) == {}  # it imports only the session core
+    assert outside_imports("session.ledger", set()) != {}  # it imports session.ports
     assert outside_imports("proxy.doors.chat", declared_imports("proxy.doors.chat")) == {}
-    core = outside_imports("proxy.core", {"proxy.provider", *SHARED})
-    assert "proxy.gateway.gateway" in core and "session.ports.door" in core["proxy.gateway.gateway"]
+    gateway = outside_imports("proxy.gateway", {"proxy.provider", *SHARED})
+    assert "proxy.gateway.gateway" in gateway
+    assert "proxy.doors.registry" in gateway["proxy.gateway.gateway"]
 
 
-# Inside the core a request is followed one way too: the gateway calls conversations, which call
-# policy and compaction; none of these calls back up.
+# Inside the core a request is followed one way too: conversations call policy and compaction;
+# none of these calls back up, and none reaches a door.
 CORE_ORDER = {
-    "session.policy": {"proxy.core", "proxy.doors"},
-    "session.conversations": {"proxy.gateway.gateway", "proxy.gateway.rounds", "session.recall"},
-    "session.compaction": {
-        "session.conversations",
-        "session.policy",
-        "proxy.gateway.gateway",
-        "proxy.doors.registry",
-    },
-    "session.turn": {"session.conversations", "session.compaction", "session.policy"},
-    "proxy.gateway.rounds": {
+    "session.policy": {
         "session.conversations",
         "session.compaction",
-        "proxy.gateway.gateway",
-        "proxy.doors.registry",
+        "session.turn",
+        "session.memory",
+        "session.ports",
+        "proxy",
     },
-    "session.recall": {"proxy.gateway.rounds", "session.conversations", "session.compaction"},
-    "session.ports.door": {
-        "proxy.doors.registry",
-        "proxy.doors.chat",
-        "proxy.doors.responses",
-        "proxy.doors.messages",
-    },
+    "session.conversations": {"session.recall", "proxy"},
+    "session.compaction": {"session.conversations", "session.policy", "proxy"},
+    "session.turn": {"session.conversations", "session.compaction", "session.policy"},
+    "session.recall": {"session.conversations", "session.compaction", "proxy"},
+    "session.ports.frontdoor": {"proxy", "session.turn", "session.conversations"},
 }
 
 
 @pytest.mark.parametrize("module", sorted(CORE_ORDER))
 def test_the_request_path_runs_one_way(module: str) -> None:
     forbidden = CORE_ORDER[module]
-    targets = proxy_graph()[module]
+    targets = product_graph()[module]
     assert (
         sorted(t for t in targets if any(t == f or t.startswith(f + ".") for f in forbidden)) == []
     )
 
 
-# --- folder sizes -----------------------------------------------------------------------------
+# --- folder sizes and names -------------------------------------------------------------------
 
 MAX_MODULES = 15  # besides the `__init__`
 MAX_LINES = 4000
 
 
-def test_no_folder_under_proxy_is_a_crowd() -> None:
+def folders() -> list[Path]:
+    return sorted({p.parent for top in PACKAGES for p in (ROOT / top).rglob("*.py")})
+
+
+def test_no_folder_is_a_crowd() -> None:
     crowded = {}
-    for folder in sorted({p.parent for p in (ROOT / "proxy").rglob("*.py")}):
+    for folder in folders():
         modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
         lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in modules)
         if len(modules) > MAX_MODULES or lines > MAX_LINES:
             crowded[str(folder.relative_to(ROOT))] = (len(modules), lines)
     assert crowded == {}
+
+
+def test_modules_imported_side_by_side_have_their_own_names() -> None:
+    """A module whose imports include two modules of the same last name reads ambiguously
+    (which `recall` is this?): every such pair is renamed."""
+    clashes = {}
+    for name, targets in product_graph().items():
+        leaves: dict[str, list[str]] = {}
+        for target in targets | {name}:
+            if module_paths()[target].name != "__init__.py":
+                leaves.setdefault(target.rsplit(".", 1)[-1], []).append(target)
+        same = {leaf: sorted(ms) for leaf, ms in leaves.items() if len(ms) > 1}
+        if same:
+            clashes[name] = same
+    assert clashes == {}
+
+
+# --- the wire's shapes ------------------------------------------------------------------------
+
+MAX_LOOSE_DICTS = 20  # `dict[str, Any]` in all of proxy/doors/
+MAX_GETS_PER_1000_LINES = 40  # `.get("…")` reads, per folder of proxy/doors/
+
+
+def test_the_doors_read_typed_shapes() -> None:
+    """The doors read each API through TypedDicts and typed readers; a loose dict or a
+    key looked up by its string here and there is how they would drift back."""
+    doors = sorted((ROOT / "proxy" / "doors").rglob("*.py"))
+    loose = sum(p.read_text(encoding="utf-8").count("dict[str, Any]") for p in doors)
+    assert loose <= MAX_LOOSE_DICTS
+    dense = {}
+    for folder in sorted({p.parent for p in doors}):
+        texts = [p.read_text(encoding="utf-8") for p in folder.glob("*.py")]
+        lines = sum(len(t.splitlines()) for t in texts)
+        gets = sum(t.count('.get("') for t in texts)
+        if gets * 1000 > MAX_GETS_PER_1000_LINES * lines:
+            dense[str(folder.relative_to(ROOT))] = (gets, lines)
+    assert dense == {}

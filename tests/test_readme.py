@@ -100,8 +100,8 @@ def test_marked_blocks_are_present(readme: str) -> None:
 
 
 def test_the_walk_and_the_tree_agree(readme: str) -> None:
-    """Development names each folder of proxy/ once, in the walk's order, and every file the
-    walk names (relative to proxy/ from its first step on) exists."""
+    """Development names each folder of proxy/ once, in the walk's order, each subpackage of
+    compression/ and storage/, and every file it names exists."""
     development = readme[readme.index("## Development") :]
     folders = sorted(
         str(p.parent.relative_to(ROOT)) + "/" for p in (ROOT / "proxy").glob("*/__init__.py")
@@ -110,8 +110,11 @@ def test_the_walk_and_the_tree_agree(readme: str) -> None:
     assert sorted(listed) == folders
     stages = [line.split("`")[1].split(".")[1] for line in _stage_lines()]
     assert [f.split("/")[1] for f in listed] == stages
-    named = set(re.findall(r"`((?:proxy/)?(?:edge|core|doors|provider)/[\w/]+\.py)`", development))
-    missing = sorted(n for n in named if not (ROOT / "proxy" / n.removeprefix("proxy/")).exists())
+    for package in ("compression", "storage", "session"):
+        inner = sorted(p.parent.name + "/" for p in (ROOT / package).glob("*/__init__.py"))
+        assert inner and all(f"`{name}`" in development for name in inner), package
+    named = set(re.findall(r"`((?:proxy|session|compression|storage)/[\w/]+\.py)`", development))
+    missing = sorted(n for n in named if not (ROOT / n).exists())
     assert named and missing == []
 
 

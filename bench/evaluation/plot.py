@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.evaluation.runner import EvalResults, SessionResult
+from compression import CompressorOptions
 
 MAIN = "main"
 
@@ -50,7 +51,14 @@ def _plot_session(ax: Any, session: SessionResult) -> None:
     )
     ax.plot(turns, arm.tokens_per_turn, label="ctxgate forwarded", color="#0072b2", lw=1.6)
     ax.axhline(session.window, color="#d55e00", ls="--", lw=1, label=f"window {session.window:,}")
-    ax.axhline(session.window // 2, color="#009e73", ls=":", lw=1, label="agent threshold (50%)")
+    share = CompressorOptions().threshold
+    ax.axhline(
+        session.window * share,
+        color="#009e73",
+        ls=":",
+        lw=1,
+        label=f"agent threshold ({share:.0%})",
+    )
     ax.set_title(
         f"{session.name}: {session.turns} turns, billed {arm.billed:,} vs full "
         f"{session.full.total:,} vs masking {session.masking.total:,} prompt tokens"

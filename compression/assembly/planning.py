@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compression.counting.figures import Ledger
+from compression.counting.figures import PassFigures
 from compression.messages.content import has_text
 from compression.messages.toolpairs import ToolPairing, group_end, group_start, tool_calls_of
 from compression.messages.types import Message
@@ -121,7 +121,7 @@ def budgets_for(
 
 def plan_cut(
     messages: Sequence[Message],
-    ledger: Ledger,
+    figures: PassFigures,
     pairing: ToolPairing,
     head: int,
     budgets: Budgets,
@@ -129,7 +129,7 @@ def plan_cut(
 ) -> CutPlan:
     total = len(messages)
     floor = min(budgets.floor, max(1, total - head - 1))
-    start = _walk_back(ledger.tokens, head, budgets.tail, floor)
+    start = _walk_back(figures.tokens, head, budgets.tail, floor)
     if start < total:
         start = group_start(messages, pairing, start)
     if head < start < total and is_observation(messages, start):
@@ -138,13 +138,13 @@ def plan_cut(
     reply: int | None = None
     user = newest_user(messages)
     if user is not None and head <= user < start:
-        if ledger.span(user, total) <= budgets.reach:
+        if figures.span(user, total) <= budgets.reach:
             start = user
         else:
             restate = user
     answer = newest_reply(messages)
     if answer is not None and head <= answer < start:
-        if restate is None and ledger.span(answer, total) <= budgets.reach:
+        if restate is None and figures.span(answer, total) <= budgets.reach:
             start = answer
         else:
             reply = answer
@@ -153,12 +153,12 @@ def plan_cut(
     return CutPlan(head, start, restate, reply, level, budgets)
 
 
-def worth_summarizing(plan: CutPlan, ledger: Ledger, threshold: int, pinned: int = 0) -> bool:
+def worth_summarizing(plan: CutPlan, figures: PassFigures, threshold: int, pinned: int = 0) -> bool:
     """Whether the middle (less the `pinned` tokens of it kept anyway) is big enough that a
     summary can pay for its own overhead."""
     if plan.empty:
         return False
-    middle = ledger.span(plan.head_end, plan.tail_start) - pinned
+    middle = figures.span(plan.head_end, plan.tail_start) - pinned
     return middle >= min(MIN_MIDDLE_TOKENS, threshold // 8)
 
 
@@ -194,9 +194,9 @@ def newest_reply(messages: Sequence[Message]) -> int | None:
 
 
 def summary_tokens(
-    options: CompressorOptions, plan: CutPlan, ledger: Ledger, context_length: int
+    options: CompressorOptions, plan: CutPlan, figures: PassFigures, context_length: int
 ) -> int:
-    middle = ledger.span(plan.head_end, plan.tail_start)
+    middle = figures.span(plan.head_end, plan.tail_start)
     budget = min(summary_budget(options, middle, context_length), plan.budgets.summary_cap)
     # A summary must be shorter than the turns it replaces: the 2,000-token floor yields.
     return min(budget, max(MIN_SUMMARY_TOKENS, middle // 2))

@@ -1,6 +1,6 @@
 """Token figures of one compression pass, each message counted once.
 
-The counter caches per message in production; the ledger additionally remembers the counts of
+The counter caches per message in production; the figures also remember the counts of
 the input's own message objects, so re-counting a candidate view costs only its new messages.
 A view's total is the counter's fixed cost (priming, tool schemas) plus its messages.
 """
@@ -15,7 +15,7 @@ from compression.messages.types import Message, ToolSchema
 
 
 @dataclass(frozen=True, slots=True)
-class Ledger:
+class PassFigures:
     counter: TokenCounter
     base: int  # tokens of an empty request: priming plus tool schemas
     tokens: list[int]  # per input message
@@ -24,7 +24,7 @@ class Ledger:
     @classmethod
     def measure(
         cls, messages: Sequence[Message], counter: TokenCounter, tools: Sequence[ToolSchema] | None
-    ) -> Ledger:
+    ) -> PassFigures:
         tokens = [counter.count_message(message) for message in messages]
         by_id = {id(message): count for message, count in zip(messages, tokens, strict=True)}
         return cls(counter, counter.count_messages([], tools), tokens, by_id)

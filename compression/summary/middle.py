@@ -1,6 +1,6 @@
 """The summary of a pass's middle: the call sized for the summary model, its gate, the fallback.
 
-    summary = await summarize_middle(view, ctx, options, ledger, pairing, plan, state)
+    summary = await summarize_middle(view, ctx, options, figures, pairing, plan, state)
     summary.body is None  -> the pass aborts (summary.failure says why)
     summary.failure set   -> body is the deterministic fallback (the model's summary unusable)
     summary.truncated     -> body is the model's summary, cut at its output limit
@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from compression.assembly.planning import CutPlan, summary_tokens
 from compression.counting.calibration import Calibration
-from compression.counting.figures import Ledger
+from compression.counting.figures import PassFigures
 from compression.engine import CompressionContext, SummaryCall, SummaryReply
 from compression.messages.content import content_text
 from compression.messages.toolpairs import ToolPairing, call_parts, tool_calls_of
@@ -60,7 +60,7 @@ async def summarize_middle(
     view: Sequence[Message],
     ctx: CompressionContext,
     options: CompressorOptions,
-    ledger: Ledger,
+    figures: PassFigures,
     pairing: ToolPairing,
     plan: CutPlan,
     state: EngineState,
@@ -74,10 +74,10 @@ async def summarize_middle(
     )
     learned = Calibration.from_dict(state.summary_calibration)
     ratio = summary_ratio(ctx.summary_token_ratio, learned)
-    budget = summary_tokens(options, plan, ledger, ctx.context_length)
+    budget = summary_tokens(options, plan, figures, ctx.context_length)
     overhead = prompt_overhead(counter)
     size = size_call(budget, window, options.summary_input_max_tokens, overhead, ratio)
-    per_char = tokens_per_char(view, ledger, start, end)
+    per_char = tokens_per_char(view, figures, start, end)
     previous_text = bounded_previous(previous, size.input_tokens * 3 // 10, per_char)
     room = size.input_tokens - (int(len(previous_text) * per_char) if previous_text else 0)
     records = render_records(view, pruned.messages, start, end, pairing, options)
@@ -135,10 +135,10 @@ def previous_summary(view: Sequence[Message], start: int, end: int) -> str | Non
     return "\n\n".join(bodies) or None
 
 
-def tokens_per_char(view: Sequence[Message], ledger: Ledger, start: int, end: int) -> float:
+def tokens_per_char(view: Sequence[Message], figures: PassFigures, start: int, end: int) -> float:
     chars = 0
     for message in view[start:end]:
         chars += len(content_text(message)) + 16
         for call in tool_calls_of(message):
             chars += len(call_parts(call)[1] or "") + 16
-    return min(max(ledger.span(start, end) / max(chars, 1), 0.2), 1.0)
+    return min(max(figures.span(start, end) / max(chars, 1), 0.2), 1.0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from compression.assembly.planning import CutPlan
-from compression.counting.figures import Ledger
+from compression.counting.figures import PassFigures
 from compression.messages.content import content_text
 from compression.messages.toolpairs import call_parts, tool_calls_of
 from compression.messages.types import Message
@@ -37,7 +37,7 @@ def carry_candidates(
     start: int,
     end: int,
     skip: int | None,
-    ledger: Ledger,
+    figures: PassFigures,
     observations: frozenset[int] | None = None,
     pinned: frozenset[int] = frozenset(),
 ) -> list[Carried]:
@@ -73,7 +73,7 @@ def carry_candidates(
         if summary is not None and has_output_marker(text):
             continue  # a tool observation the summary was merged into
         if text.strip():
-            known = ledger.tokens[index] if summary is None else None
+            known = figures.tokens[index] if summary is None else None
             found.append(Carried(text, known, states_instruction(text), not replied, index))
     return mark_superseded([*found, *_later_words(messages, end)])
 
@@ -89,14 +89,14 @@ def _later_words(messages: Sequence[Message], end: int) -> list[str]:
 
 
 def carry_need(
-    messages: Sequence[Message], head: int, ledger: Ledger, pinned: frozenset[int]
+    messages: Sequence[Message], head: int, figures: PassFigures, pinned: frozenset[int]
 ) -> int:
     """What carrying every user message after the head would cost (the tail's own included:
     where the cut falls is not known yet, and the tail is short)."""
-    candidates = carry_candidates(messages, head, len(messages), None, ledger, pinned=pinned)
+    candidates = carry_candidates(messages, head, len(messages), None, figures, pinned=pinned)
     if not candidates:
         return 0
-    count = ledger.counter.count_text
+    count = figures.counter.count_text
     overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
     sizes = (c.tokens if c.tokens is not None else count(c.text) for c in candidates)
     return count(USER_MESSAGES_HEADER) + sum(size + overhead for size in sizes)
@@ -151,7 +151,7 @@ def _add_handoff(collector: Collector, handoff: Handoff) -> None:
 def carry_section(
     messages: Sequence[Message],
     plan: CutPlan,
-    ledger: Ledger,
+    figures: PassFigures,
     options: CompressorOptions,
     count: Callable[[str], int],
     kept: Sequence[Message | str],
@@ -169,7 +169,7 @@ def carry_section(
     budgets = plan.budgets
     kept_text = "\n".join(_text(item) for item in kept)
     observations = observation_indices(messages, start, end)
-    candidates = carry_candidates(messages, start, end, plan.restate, ledger, observations, pinned)
+    candidates = carry_candidates(messages, start, end, plan.restate, figures, observations, pinned)
     overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
     header = count(USER_MESSAGES_HEADER) if candidates else 0
     # Exactly as a message of its own: a short message found inside a longer one is not kept.

@@ -3,16 +3,21 @@ mistakes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
 from compression import ToolSchema
 from session.errors import BadRequest
 
+# A parsed JSON object whose fields the code at hand does not read, or reads one by one as it
+# checks them: a request body (the door's own reader checks the fields it acts on; the rest
+# ride along), an answer, an event's data.
+JsonObject = dict[str, Any]
 
-def json_object(raw: bytes) -> dict[str, Any]:
+
+def json_object(raw: bytes) -> JsonObject:
     """The body as a JSON object, or BadRequest saying why it is not one."""
     try:
         body = orjson.loads(raw)
@@ -23,7 +28,7 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def required_model(body: dict[str, Any]) -> str:
+def required_model(body: Mapping[str, Any]) -> str:
     """The body's `model` (OpenAI's wording when it is missing or not a string)."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -52,7 +57,7 @@ def json_type(value: Any) -> str:
 
 
 # (name, description, JSON schema of the parameters) -> the tool in a door's shape
-ToolShape = Callable[[Any, str, Any], dict[str, Any]]
+ToolShape = Callable[[Any, str, Any], Mapping[str, object]]
 
 
 def with_tools(client_tools: Any, tools: Sequence[ToolSchema], shape: ToolShape) -> list[Any]:
@@ -61,7 +66,7 @@ def with_tools(client_tools: Any, tools: Sequence[ToolSchema], shape: ToolShape)
     out: list[Any] = list(client_tools) if isinstance(client_tools, list) else []
     taken = {tool.get("name") for tool in out if isinstance(tool, dict)}
     for tool in tools:
-        function = cast(dict[str, Any], tool).get("function") or {}
+        function = tool.get("function") or {}
         name = function.get("name")
         if name in taken:
             continue

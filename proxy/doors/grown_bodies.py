@@ -51,6 +51,8 @@ from typing import Any
 
 import orjson
 
+from proxy.doors.bodies import JsonObject
+
 log = logging.getLogger("ctxgate.doors")
 
 BUDGET_BYTES = 16 * 1024 * 1024  # raw bytes of the bodies kept; parsed they take ~3x that
@@ -65,7 +67,7 @@ MOST_PENDING = 64  # keeps waiting for `settle`; more (answers that never came) 
 @dataclass(frozen=True, slots=True)
 class _Kept:
     raw: bytes
-    body: dict[str, Any]
+    body: JsonObject
     end: int  # offset in `raw` just past the array's last entry
     derived: Any  # what the door made of the body (a conversion it can extend), if anything
     marks: int | None  # how often the mark occurs in `raw` (None: no mark counted)
@@ -74,7 +76,7 @@ class _Kept:
 
 @dataclass(frozen=True, slots=True)
 class Grown:
-    body: dict[str, Any]
+    body: JsonObject
     known: int  # how many leading entries of the array were in the kept body (checked then)
     end: int
     source: _Kept
@@ -138,7 +140,7 @@ class GrownBodies:
         return None
 
     def keep(
-        self, raw: bytes, body: dict[str, Any], derived: Any = None, marks: int | None = None
+        self, raw: bytes, body: JsonObject, derived: Any = None, marks: int | None = None
     ) -> None:
         """Keep a fully parsed and checked body for the requests that will grow out of it.
 
@@ -183,7 +185,7 @@ class GrownBodies:
         if waiting == MOST_PENDING:
             loop.call_soon(self.settle)
 
-    def _keep(self, raw: bytes, body: dict[str, Any], derived: Any, marks: int | None) -> None:
+    def _keep(self, raw: bytes, body: JsonObject, derived: Any, marks: int | None) -> None:
         key = raw[:KEY_BYTES]
         with self._lock:
             skips = self._foreign.pop(key, 0)
@@ -229,7 +231,7 @@ class GrownBodies:
 
 def _grow(
     kept: _Kept, raw: bytes, array: str
-) -> tuple[dict[str, Any], int, Callable[[], tuple[int, ...]]] | None:
+) -> tuple[JsonObject, int, Callable[[], tuple[int, ...]]] | None:
     """`raw` parsed, when it is `kept.raw` with entries added to the array; its end, and
     its entries' offsets (when the kept body's are known)."""
     before, end = kept.raw, kept.end
@@ -363,7 +365,7 @@ def _starts(entries: list[Any], first: int | None = None, end: int = 0) -> tuple
     return tuple(starts)
 
 
-def _array_end(raw: bytes, body: dict[str, Any], array: str) -> int | None:
+def _array_end(raw: bytes, body: JsonObject, array: str) -> int | None:
     """Where `array`'s last entry ends in `raw`, when orjson writes `body` back as `raw`."""
     try:
         if orjson.dumps(body) != raw:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from proxy.doors.chat.door import ChatDoor
-from proxy.doors.gemini.door import GeminiDoor
+from proxy.doors.chat.chat_door import ChatDoor
+from proxy.doors.gemini.gemini_door import GeminiDoor
 from proxy.doors.grown_bodies import GrownBodies
-from proxy.doors.messages.door import MessagesDoor
-from proxy.doors.responses.door import ResponsesDoor
-from session.ports.door import FrontDoor, WireRequest
+from proxy.doors.messages.messages_door import MessagesDoor
+from proxy.doors.responses.responses_door import ResponsesDoor
+from session.ports.frontdoor import FrontDoor, WireRequest
 
 
 class Door(FrontDoor, Protocol):

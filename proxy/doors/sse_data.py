@@ -1,5 +1,5 @@
 """The data of one complete SSE event, and the event with its data replaced (pure); JSON
-objects read from answers and events.
+objects read from answers and events, and their fields read typed.
 
 A call filter rewrites a few events of a relayed stream; everything else about the event (its
 `event:` line, its blank-line end) stays as the upstream sent it.
@@ -8,20 +8,41 @@ A call filter rewrites a few events of a relayed stream; everything else about t
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
 
 import orjson
+
+from proxy.doors.bodies import JsonObject
 
 _DATA_LINE = re.compile(rb"^data:[ ]?([^\r\n]*)(\r\n|\r|\n|$)", re.MULTILINE)
 
 
-def json_object(data: bytes) -> dict[str, Any] | None:
+def json_object(data: bytes) -> JsonObject | None:
     """`data` parsed when it is a JSON object (an answer, an event's data), else None."""
     try:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def text_at(obj: Mapping[str, object], key: str) -> str | None:
+    """`obj[key]` when it is a string, else None (absent, or not of its documented type)."""
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
+
+
+def count_at(obj: Mapping[str, object], key: str) -> int | None:
+    """`obj[key]` when it is an integer (JSON has no other kind of count), else None."""
+    value = obj.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def objects(value: object) -> list[JsonObject]:
+    """The objects in a JSON array (`choices`, `output`); none when it is not an array."""
+    if not isinstance(value, list):
+        return []
+    return [entry for entry in value if isinstance(entry, dict)]
 
 
 def data_of(event: bytes) -> bytes:

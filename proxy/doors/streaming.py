@@ -16,7 +16,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from session.ports.door import AnswerStream, CallFilter, StreamWatch
+from session.ports.frontdoor import AnswerStream, CallFilter, StreamWatch
 
 _SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
 

@@ -8,6 +8,5 @@ relayed untouched (`relay.py`), the admin API and
 the dashboard (`admin.py`, `dashboard.py`, `static/`), and the `ctxgate` command with its
 offline `compress` and its logs (`cli.py`, `offline.py`, `logs.py`).
 
-May import: proxy.core, proxy.ledger, proxy.doors, proxy.provider, session.config.settings,
-proxy.config_file, session.errors.
+May import: proxy.gateway, proxy.doors, proxy.provider, proxy.config_file, proxy.http_errors.
 """

@@ -30,7 +30,7 @@ from starlette.responses import Response
 from compression import EngineState
 from proxy.edge.dashboard import router as dashboard_router
 from proxy.edge.services import Services
-from proxy.errors import invalid_request
+from proxy.http_errors import invalid_request
 from session.compaction import manual_answer
 from session.errors import NotFound
 from session.ledger.savings import Tally, charge_json, per_session, savings_json, tally

@@ -26,7 +26,7 @@ from proxy.edge.relay import router as relay_router
 from proxy.edge.responses_routes import router as responses_router
 from proxy.edge.routes import header_dict, read_request_body, router
 from proxy.edge.services import Services, build_engine, start_services
-from proxy.errors import error_response, invalid_request
+from proxy.http_errors import error_response, invalid_request
 from session.config.settings import Settings
 from session.errors import ProxyError
 from storage import SessionStore

@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"ctxgate: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # engine options are validated when the engine loads
+    except ValueError as exc:  # a passthrough or imported engine's options, checked as it loads
         print(f"ctxgate: {exc}", file=sys.stderr)
         return 2
     return code

@@ -23,11 +23,11 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 from starlette.types import Scope
 
-from proxy.doors.gemini.door import GENERATE, STREAM, GeminiDoor
+from proxy.doors.gemini.gemini_door import GENERATE, STREAM, GeminiDoor
 from proxy.edge.relay import answered, relay_headers, relayed
 from proxy.edge.routes import header_dict, read_body, services_of
 from proxy.edge.services import Services
-from proxy.errors import error_response
+from proxy.http_errors import error_response
 from proxy.provider.upstream import Upstream
 from session.errors import BadRequest, ProxyError, unknown_model
 from session.ports.headers import upstream_request_headers

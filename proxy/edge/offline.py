@@ -21,7 +21,7 @@ from proxy.provider.transport import new_http_transport
 from proxy.provider.upstream import Upstream
 from session.config.settings import Settings
 from session.errors import ProxyError
-from session.ports.door import WireRequest
+from session.ports.frontdoor import WireRequest
 from session.ports.headers import upstream_request_headers
 from session.summarizer import UpstreamSummarizer, summary_route
 

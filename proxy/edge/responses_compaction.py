@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from proxy.doors.responses.door import ResponsesDoor
 from proxy.doors.responses.render import to_items
+from proxy.doors.responses.responses_door import ResponsesDoor
 from proxy.edge.relay import answered
 from proxy.edge.services import Services
 from session.config.settings import ModelRule

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
@@ -32,27 +31,14 @@ from session.recall import Recaller
 from storage import RetentionPolicy, SessionLocks, SessionStore, Sweeper
 
 
-def engine_options(settings: Settings) -> dict[str, Any]:
-    """The built-in engine's options: the top-level thresholds plus `compression.options`
-    (settings refuses the top-level keys there, so each has one home)."""
-    c = settings.compression
-    thresholds = {
-        "threshold": c.threshold,
-        "hygiene_threshold": c.hygiene_threshold,
-        "hygiene_max_messages": c.hygiene_max_messages,
-    }
-    return {**thresholds, **c.options}
-
-
 def build_engine(settings: Settings) -> ContextEngine:
-    """The configured engine; raises ValueError naming the problem (checked at start-up)."""
+    """The configured engine; raises ValueError naming the problem (checked at start-up). The
+    built-in one takes the options the config reader checked; one named by import string, the
+    `options` table as written."""
     from compression import load_engine
 
-    name = settings.compression.engine
-    options = (
-        engine_options(settings) if name == "compressor" else dict(settings.compression.options)
-    )
-    return load_engine(name, options)
+    c = settings.compression
+    return load_engine(c.engine, c.compressor if c.engine == "compressor" else c.options)
 
 
 @dataclass(slots=True)
@@ -74,8 +60,8 @@ class Services:
     async def close(self) -> None:
         if self.sweeper is not None:
             await self.sweeper.close()
-        if self.gateway.shadow is not None:
-            await self.gateway.shadow.close()  # checks still running: cancelled
+        if self.gateway.charges.shadow is not None:
+            await self.gateway.charges.shadow.close()  # checks still running: cancelled
         await self.conversations.close()
         if self.owns_store:
             await self.store.close()  # writes out the usage still queued in memory

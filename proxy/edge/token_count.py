@@ -9,8 +9,8 @@ import orjson
 from starlette.responses import Response
 
 from proxy.doors.registry import BY_API
-from proxy.errors import error_response
 from proxy.gateway.gateway import Gateway, served_rule
+from proxy.http_errors import error_response
 from session.errors import ProxyError
 from session.identity import identify, scope_for
 from session.ports.headers import client_response_headers, upstream_request_headers

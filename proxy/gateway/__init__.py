@@ -1,12 +1,9 @@
-"""The session core: what ctxgate does with one request of a conversation.
+"""The gateway: one front door's request served end to end over the session core.
 
-`gateway.py` serves a front door's request end to end. `conversations.py` gathers the event
-from the session (`sessions.py`, `identity.py`, `auth.py`), the model (`models.py`) and the
-view's size (`pressure.py`); `policy.py` decides the action (a pure function); `compaction.py`
-runs the engine under the session lease and commits its result (`provenance.py` says where each
-message of a view came from; `summarizer.py` makes the engine's summary call); `turn.py` is the
-frozen record of a request on its way. `recall.py` and `rounds.py` offer the recall tool and
-answer its calls; `metrics.py` counts what happened.
+`gateway.py` parses the request, hands it to the session core (`session.conversations`),
+calls the upstream and relays its answer or stream; `auth.py` says who may use the proxy and
+what credential goes upstream; `rounds.py` answers the model's calls to ctxgate's recall tool
+with further upstream calls before the client sees the answer.
 
-May import: proxy.ledger, proxy.doors, proxy.provider, session.config.settings, session.errors.
+May import: proxy.doors, proxy.provider, proxy.http_errors.
 """

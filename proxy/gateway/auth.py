@@ -37,10 +37,6 @@ class Authenticator:
         self._keys = tuple(_digest(k) for k in settings.keys)
         self._admin = (_digest(settings.admin_key),) if settings.admin_key else ()
 
-    @property
-    def enforced(self) -> bool:
-        return bool(self._keys)
-
     def client_credential(self, headers: Mapping[str, str]) -> str | None:
         """The caller's credential (it scopes their sessions); raises when keys are enforced."""
         token = bearer_token(headers)

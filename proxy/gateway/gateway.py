@@ -23,10 +23,11 @@ import orjson
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.registry import Door
 from proxy.doors.streaming import EventStreamResponse, StreamRelay
 from proxy.gateway.auth import Authenticator
+from proxy.gateway.charges import Charges, upstream_headers
+from proxy.gateway.earlier import EarlierBodies
 from proxy.gateway.rounds import Recalled, Rounds
 from proxy.provider.images import ImageLimit, image_limit, shrink_images
 from proxy.provider.upstream import Upstream
@@ -34,11 +35,11 @@ from session.config.settings import ModelRule, Settings
 from session.conversations import Conversations
 from session.errors import BadRequest, UpstreamStatus, unknown_model
 from session.identity import identify, scope_for
-from session.ledger.book import Ledger, full_prompt
-from session.ledger.shadow import Shadow, ShadowJob
+from session.ledger.book import Ledger
+from session.ledger.shadow import Shadow
 from session.metrics import Metrics
-from session.ports.door import IMAGE_MARK, FrontDoor, StreamWatch, Usage
-from session.ports.headers import client_response_headers, upstream_request_headers
+from session.ports.frontdoor import FrontDoor, StreamWatch, Usage
+from session.ports.headers import client_response_headers
 from session.recall import Recaller
 from session.turn import Turn
 from storage import wait_budget
@@ -47,6 +48,7 @@ log = logging.getLogger("ctxgate.gateway")
 
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _RULES_KEPT = 4096  # distinct (model, API) pairs whose rule is remembered
+_DUMPS_DEPTH = 255  # the deepest nesting orjson writes back
 
 
 class Gateway:
@@ -67,10 +69,9 @@ class Gateway:
         self.auth = auth
         self.metrics = metrics
         self.recaller = recaller
-        self.ledger = ledger
-        self.shadow = shadow
-        self.rounds = Rounds(recaller, metrics, self._open_stream, self._charge_round)
-        self._earlier: dict[str, GrownBodies] = {}  # per door that can use them
+        self.charges = Charges(conversations, ledger, shadow)
+        self.rounds = Rounds(recaller, metrics, self._open_stream, self.charges.round)
+        self.earlier = EarlierBodies(settings.server.parsed_request_bytes)
         self._rules: dict[tuple[str, str], ModelRule] = {}  # (model, api) -> its served rule
 
     async def serve(self, door: Door, headers: Mapping[str, str], raw: bytes) -> Response:
@@ -81,28 +82,20 @@ class Gateway:
                 return await self._serve(door, headers, raw)
         except orjson.JSONEncodeError as exc:
             # The parser takes deeper nesting than the serialiser: met when an id is derived
-            # or the body rewritten, always before the upstream is called. (orjson's error is
-            # TypeError itself, so anything else is a bug to report as one.)
-            if "Recursion limit" not in str(exc):
+            # or the body rewritten, always before the upstream is called. orjson raises this
+            # one type for every cause, so the body's depth tells the client's mistake from a
+            # bug (measured only on the failure, never on the request path).
+            if nesting(raw) <= _DUMPS_DEPTH:
                 raise
             raise BadRequest(
                 "The request body holds JSON nested deeper than ctxgate can re-serialise "
-                f"(255 levels): {exc}."
+                f"({_DUMPS_DEPTH} levels)."
             ) from exc
-
-    def _earlier_bodies(self, door: Door) -> GrownBodies | None:
-        budget = self.settings.server.parsed_request_bytes
-        if door.grows is None or not budget:
-            return None
-        earlier = self._earlier.get(door.api)
-        if earlier is None:
-            earlier = self._earlier[door.api] = GrownBodies(door.grows, budget, mark=IMAGE_MARK)
-        return earlier
 
     async def _serve(self, door: Door, headers: Mapping[str, str], raw: bytes) -> Response:
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
-        request = door.parse(raw, self._earlier_bodies(door))
+        request = door.parse(raw, self.earlier.of(door))
         rule = self._rule(request.model, door.api)
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)
@@ -130,9 +123,6 @@ class Gateway:
                 self._rules[model, api] = rule
         return rule
 
-    def _upstream_headers(self, turn: Turn) -> dict[str, str]:
-        return upstream_request_headers(turn.client_headers.items(), turn.upstream.settings)
-
     async def _recover_or_raise(
         self, turn: Turn, error: UpstreamStatus, attempt: int, body_bytes: int
     ) -> Turn:
@@ -150,7 +140,7 @@ class Gateway:
         return turn
 
     async def _complete(self, turn: Turn) -> Response:
-        headers = self._upstream_headers(turn)
+        headers = upstream_headers(turn)
         attempt = 0
         while True:
             body = turn.upstream_body()
@@ -185,68 +175,12 @@ class Gateway:
             background=BackgroundTask(self._answered, measured, first, recall, content),
         )
 
-    def _settle_bodies(self) -> None:
-        """Keep the bodies parsed for requests now answered (see GrownBodies)."""
-        for earlier in self._earlier.values():
-            earlier.settle()
-
     async def _answered(self, turn: Turn, answer: bytes, recall: Recalled, shown: bytes) -> None:
-        self._settle_bodies()
+        self.earlier.settle()
         usage = turn.door.usage(answer)
         await self._finish(turn, usage)
         await self.recaller.record(turn, recall.turn, recall.hidden, recall.seconds)
-        await self._charge(turn, usage, shown)
-
-    async def _charge(
-        self, turn: Turn, usage: Usage | None, shown: bytes | None, check: bool = True
-    ) -> None:
-        """The ledger's record of a client request's first round (its view's figures), and
-        a shadow check of it when one is due (`shown`: the answer the client got, when it
-        was not streamed)."""
-        if self.ledger is None or usage is None or turn.request.passthrough:
-            return
-        model = turn.request.model
-        models = self.conversations.models
-        full = full_prompt(
-            usage.prompt_tokens,
-            turn.messages,
-            turn.view,
-            turn.request.tools,
-            models.counter(turn.rule, model),
-            models.calibration(model),
-        )
-        try:
-            await self.ledger.request(
-                turn.key, model, turn.door.api, usage, full, turn.view_changed, turn.started_at
-            )
-        except Exception:  # the answer is already out; nothing left to report it to
-            log.exception("recording a request's charge failed")
-        shadow = self.shadow
-        if check and shadow is not None and turn.view_changed:
-            if shadow.wants(turn.door.api, full, turn.context_length):
-                shadow.start(self._shadow_job(turn, full, shown))
-
-    def _shadow_job(self, turn: Turn, full: int, shown: bytes | None) -> ShadowJob:
-        trigger = turn.notes[-1].trigger if turn.notes else "checkpoint"
-        return ShadowJob(
-            turn.key,
-            turn.request.model,
-            trigger,
-            turn.door,
-            turn.upstream,
-            self._upstream_headers(turn),
-            turn.request.raw,
-            turn.door.render(turn.request, turn.view, turn.max_tokens, ()),
-            shown,
-            full,
-        )
-
-    async def _charge_round(self, turn: Turn, usage: Usage | None) -> None:
-        """A recall round's charge (a call compression made necessary), recorded beside the
-        request rather than in its way."""
-        if self.ledger is not None:
-            charge = self.ledger.overhead(turn.key, turn.request.model, "recall", usage)
-            self.conversations.sessions.spawn(charge)
+        await self.charges.request(turn, usage, shown)
 
     async def _finish(self, turn: Turn, usage: Usage | None, status: int = 200) -> None:
         # A coroutine: Starlette would run a plain function in a worker thread.
@@ -265,7 +199,7 @@ class Gateway:
         anything reached the client, it is recovered from like the same error as a status
         (unless `recover` is off: the error is raised).
         """
-        headers = self._upstream_headers(turn)
+        headers = upstream_headers(turn)
         attempt = 0
         while True:
             body = turn.upstream_body()
@@ -339,7 +273,7 @@ class Gateway:
             # the cleanup really closes the upstream connection (which cancels the generation).
             with anyio.CancelScope(shield=True):
                 await stack.aclose()
-                self._settle_bodies()
+                self.earlier.settle()
                 if completed and relay.watch.failed is None:
                     self.conversations.after_response(measured.turn, measured.watch.usage)
                 self.metrics.finished(200 if relay.watch.failed is None else 502)
@@ -350,10 +284,12 @@ class Gateway:
                 # left early too), beside the request: a client gone cancels this task even
                 # through the shield. Checked only when the answer reached its normal end.
                 whole = relay.watch.finished and relay.watch.failed is None
-                charge = self._charge(measured.turn, measured.watch.usage, None, check=whole)
+                charge = self.charges.request(
+                    measured.turn, measured.watch.usage, None, check=whole
+                )
                 self.conversations.sessions.spawn(charge)
                 if relay.watch is not measured.watch:  # the client's round was a recall round
-                    await self._charge_round(measured.turn, relay.watch.usage)
+                    await self.charges.round(measured.turn, relay.watch.usage)
                 await self.recaller.record(measured.turn, recall.turn, hidden, recall.seconds)
 
 
@@ -440,3 +376,17 @@ def _with_reason(error: UpstreamStatus, reason: str) -> UpstreamStatus:
     headers = dict(error.raw_headers)
     headers["x-ctxgate-error"] = reason[:200]
     return UpstreamStatus(error.status_code, raw, headers)
+
+
+def nesting(raw: bytes) -> int:
+    """How deep the JSON document `raw` nests (0 for a scalar), walked without recursion."""
+    deepest, stack = 0, [(orjson.loads(raw), 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        elif not isinstance(value, list):
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((item, depth + 1) for item in value)
+    return deepest

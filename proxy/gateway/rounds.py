@@ -18,7 +18,7 @@ from compression import RECALL_TOOL
 from proxy.doors.streaming import StreamRelay
 from session.errors import ProxyError, UpstreamStatus
 from session.metrics import Metrics
-from session.ports.door import Usage
+from session.ports.frontdoor import Usage
 from session.ports.upstream import Answer
 from session.recall import Recaller
 from session.turn import Turn

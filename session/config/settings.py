@@ -11,9 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from compression import CompressorOptions
 from session.config.prices import DEFAULT_PRICES, Price
 
 APIS = ("chat", "responses", "messages", "gemini")  # the wire APIs ctxgate has front doors for
+
+# The built-in compressor's options the config sets on `compression` itself, not in its
+# `options` table: the limits every engine is judged by when it has none of its own.
+COMPRESSION_KEYS = ("threshold", "hygiene_threshold", "hygiene_max_messages")
 
 
 # Each field's docstring (the string literal under it) is its one-line description in the
@@ -205,14 +210,11 @@ class CompressionSettings:
 
     engine: str = "compressor"
     """`compressor` (built in), `passthrough` (never compress) or `package.module:Class`."""
-    threshold: float = 0.50
-    """Agent threshold as a share of the effective window (context minus output reservation),
-    with a 64K-token floor capped at 85% of that window."""
-    hygiene_threshold: float = 0.85
-    """Share of the context length at which a request is compressed on arrival, even during a
-    summary cooldown."""
-    hygiene_max_messages: int = 5000
-    """Message count at which a request is compressed on arrival."""
+    compressor: CompressorOptions = field(default_factory=CompressorOptions)
+    """The built-in compressor's options, checked: the keys `threshold`, `hygiene_threshold`
+    and `hygiene_max_messages` here (whatever the engine: an engine without limits of its own
+    is judged by them) and, for the built-in engine, the `options` table. Not a key itself: the
+    reference describes those three by the strings under them in compression/options.py."""
     max_attempts: int = 3
     """Forced compressions (and retries) per request after upstream context-overflow errors."""
     background: bool = True
@@ -226,6 +228,8 @@ class CompressionSettings:
     """The recall tool (section `compression.recall`)."""
     shadow: ShadowSettings = field(default_factory=ShadowSettings)
     """Shadow checks (section `compression.shadow`)."""
+    # As written: what an engine named by import string receives (the built-in one reads
+    # `compressor`, where the reader put these options checked).
     options: Mapping[str, Any] = field(default_factory=dict)
     """Engine options; the built-in compressor's are in the `compression.options` table."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from compression import Calibration, Message, TokenCounter, ToolSchema
 from session.config.settings import Settings
 from session.ledger.tiers import CACHE_TTL_S, Split, caching_of, cost, full_history_split, split_of
-from session.ports.door import Usage
+from session.ports.frontdoor import Usage
 from storage import SessionKey, SessionStore, StorageError
 from storage.rows.charges import ChargeRow
 

@@ -30,7 +30,7 @@ from session.config.settings import ShadowSettings
 from session.errors import ProxyError
 from session.ledger.actions import agree, next_action
 from session.ledger.book import Ledger
-from session.ports.door import FrontDoor, Usage
+from session.ports.frontdoor import FrontDoor, Usage
 from session.ports.upstream import Upstream
 from storage import SessionKey, SessionStore, StorageError
 from storage.rows.charges import ShadowRow

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from session.config.prices import Price
-from session.ports.door import Usage
+from session.ports.frontdoor import Usage
 
 PER = 1_000_000  # prices are per million tokens
 

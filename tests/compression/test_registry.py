@@ -28,6 +28,14 @@ def test_short_names_load_the_built_in_engines() -> None:
     assert isinstance(load_engine("passthrough", {}), PassthroughEngine)
 
 
+def test_the_compressor_takes_checked_options_as_they_are() -> None:
+    options = CompressorOptions(threshold=0.6)
+    engine = load_engine("compressor", options)
+    assert isinstance(engine, Compressor) and engine.options is options
+    with pytest.raises(ValueError, match="takes a mapping of its own options"):
+        load_engine("passthrough", options)
+
+
 def test_an_import_string_loads_a_custom_engine() -> None:
     engine = load_engine("tests.compression.test_registry:CustomEngine", {"level": 3})
     assert isinstance(engine, CustomEngine) and engine.level == 3
@@ -71,6 +79,22 @@ def test_an_unknown_option_names_the_key_and_the_allowed_ones() -> None:
 def test_bad_option_values_fail_at_load_time(options: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load_engine("compressor", options)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"threshold": 1.5}, "opts.threshold: must be in (0, 1], got 1.5"),
+        ({"treshold": 1}, "opts.treshold: unknown option; allowed: threshold, "),
+        ({"max_user_messages_carried": 3}, "opts.max_user_messages_carried: was replaced by"),
+        ({"cooldowns": {"sleepy": 5}}, "opts.cooldowns.sleepy: unknown failure class; allowed"),
+        ({"cooldowns": {"timeout": []}}, "opts.cooldowns.timeout: needs at least one duration"),
+    ],
+)
+def test_a_caller_names_the_option_its_own_way(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        CompressorOptions.from_mapping(options, key=lambda name: f"opts.{name}")
+    assert str(raised.value).startswith(message)
 
 
 def test_option_values_are_normalised() -> None:

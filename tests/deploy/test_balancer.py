@@ -47,6 +47,7 @@ from session.identity import scope_for
 from tests.deploy.test_docker import BASE_IMAGE, BUILD_TIMEOUT_S, OPTED_IN, Docker, docker, image
 from tests.servers import free_port
 from tests.simulator import Hang, ModelSpec, Received, Simulator
+from tests.simulator.fixtures import simulator_fixture
 
 __all__ = ["docker", "image"]  # fixtures shared with tests/deploy/test_docker.py
 
@@ -129,11 +130,9 @@ class HoldMarkedTurn:
         return None
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as simulator:
-        simulator.responder = HoldMarkedTurn()
-        yield simulator
+sim = simulator_fixture(
+    {MODEL: ModelSpec(window=WINDOW)}, responder=HoldMarkedTurn, validate_messages=True
+)
 
 
 @dataclass

@@ -10,7 +10,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from compression import check_invariants
 from storage.database.db import Database
 from tests.deploy.test_replicas import Replica, history_over_threshold
 from tests.simulator import Hang, ModelSpec, Simulator
+from tests.simulator.fixtures import simulator_fixture
 
 WINDOW = 8192
 MODEL = "agent-8k"
@@ -50,10 +50,7 @@ async def _reset_postgres(url: str) -> None:
         await db.dispose()
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as simulator:
-        yield simulator
+sim = simulator_fixture({MODEL: ModelSpec(window=WINDOW)}, validate_messages=True)
 
 
 def write_config(tmp_path: Path, sim: Simulator, url: str, **storage: Any) -> Path:

@@ -30,7 +30,7 @@ import pytest
 
 from session.identity import scope_for
 from tests.servers import free_port
-from tests.simulator import ModelSpec, Simulator
+from tests.simulator import Simulator
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTED_IN = os.environ.get("CTXGATE_TEST_DOCKER") == "1"
@@ -112,12 +112,6 @@ def image(docker: Docker) -> Iterator[str]:
         docker("image", "rm", "--force", tag, check=False)
         # The build's intermediate layers: with the vfs driver each one is a full copy.
         docker("builder", "prune", "--force", check=False)
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=128_000)}) as simulator:
-        yield simulator
 
 
 class Container:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from compression import Compressor, CompressorOptions
 from proxy.config_file import SettingsError, load_settings, parse_settings
+from proxy.edge.services import build_engine
 
 BASE = {
     "upstreams": {"openai": {"base_url": "https://api.example.com/v1/", "api_key": "${KEY}"}},
@@ -18,7 +20,7 @@ def test_example_config_loads() -> None:
     example = Path(__file__).parents[2] / "config.example.yaml"
     settings = load_settings(example, {"OPENAI_API_KEY": "sk-1"})
     assert settings.upstreams["openai"].api_key == "sk-1"
-    assert settings.compression.threshold == 0.5
+    assert settings.compression.compressor.threshold == 0.5
     assert settings.rule_for("gpt-4o-mini") is settings.models[0]
     assert settings.rule_for("anything") is settings.models[-1]
 
@@ -51,6 +53,23 @@ def test_no_config_file_uses_the_environment() -> None:
         ({"server": {"upstream_client": "curl"}}, "server.upstream_client: must be aiohttp or"),
         ({"server": {"parsed_request_bytes": -1}}, "server.parsed_request_bytes: must be 0 or"),
         ({"compression": {"threshold": 1.5}}, "compression.threshold: must be in (0, 1]"),
+        ({"compression": {"threshold": "half"}}, "compression.threshold: expected a number"),
+        (
+            {"compression": {"hygiene_max_messages": 0}},
+            "compression.hygiene_max_messages: must be an integer >= 1, got 0",
+        ),
+        (
+            {"compression": {"options": {"protect_first_n": -1}}},
+            "compression.options.protect_first_n: must be an integer >= 0, got -1",
+        ),
+        (
+            {"compression": {"options": {"treshold": 0.6}}},
+            "compression.options.treshold: unknown option; allowed: threshold, min_threshold",
+        ),
+        (
+            {"compression": {"options": {"cooldowns": {"timeout": [-1]}}}},
+            "compression.options.cooldowns.timeout: must be >= 0, got -1",
+        ),
         ({"compression": {"summary": {"upstream": "nope"}}}, "compression.summary.upstream"),
         ({"models": [{"match": "*", "upstream": "missing"}]}, "models[0].upstream: unknown"),
         ({"models": []}, "models: expected a non-empty list"),
@@ -106,3 +125,32 @@ def test_an_upstream_declares_its_apis_and_how_its_key_travels() -> None:
     assert settings.upstreams["both"].auth == "bearer"
     assert settings.upstreams["claude"].auth == "x-api-key"
     assert settings.upstreams["mixed"].apis == ("chat", "messages")
+
+
+def test_the_compressor_options_arrive_checked_as_one_value() -> None:
+    compression = {
+        "threshold": "${THRESHOLD}",
+        "hygiene_max_messages": 900,
+        "options": {"protect_last_n": 4},
+    }
+    settings = parse_settings({**BASE, "compression": compression}, {"THRESHOLD": "0.6"})
+    options = settings.compression.compressor
+    assert options == CompressorOptions(threshold=0.6, hygiene_max_messages=900, protect_last_n=4)
+    engine = build_engine(settings)
+    assert isinstance(engine, Compressor) and engine.options is options
+
+
+def test_unset_keys_keep_the_options_own_defaults() -> None:
+    assert parse_settings(BASE, {}).compression.compressor == CompressorOptions()
+
+
+def test_an_engine_named_by_import_string_gets_its_options_as_written() -> None:
+    compression = {
+        "engine": "tests.compression.test_registry:CustomEngine",
+        "threshold": 0.7,
+        "options": {"level": 3},
+    }
+    settings = parse_settings({**BASE, "compression": compression}, {})
+    assert settings.compression.options == {"level": 3}
+    assert settings.compression.compressor == CompressorOptions(threshold=0.7)
+    assert getattr(build_engine(settings), "level", None) == 3

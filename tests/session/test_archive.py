@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -22,6 +22,7 @@ from session.identity import scope_for
 from tests.proxy.agent_loop import TOOLS, AgentLoop
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Simulator
+from tests.simulator.fixtures import simulator_fixture
 
 WINDOW = 8192
 MODEL = "agent-8k"
@@ -29,10 +30,7 @@ ADMIN = {"Authorization": "Bearer adm"}
 SESSION = "archive/long loop"
 
 
-@pytest.fixture
-def sim8k() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as simulator:
-        yield simulator
+sim8k = simulator_fixture({MODEL: ModelSpec(window=WINDOW)}, validate_messages=True)
 
 
 def canonical(message: dict[str, Any]) -> str:

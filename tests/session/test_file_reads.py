@@ -8,16 +8,16 @@ the handoff's "Files" section), while the older read is gone or superseded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
-import pytest
 
 from compression import check_invariants
 from compression.summary.handoff import handoff_text, parse_handoff
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator.fixtures import simulator_fixture
 
 MODEL = "coder-16k"
 WINDOW = 16_384
@@ -91,19 +91,22 @@ class Agent:
             self.messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as sim:
-        turns = iter(range(10_000))  # the agent's own count: a compressed view holds fewer
+def following_the_plan() -> Callable[[dict[str, Any]], Reply | None]:
+    """The model's answers: the tool call `plan` makes of each turn, the summary calls aside."""
+    turns = iter(range(10_000))  # the agent's own count: a compressed view holds fewer
 
-        def respond(body: dict[str, Any]) -> Reply | None:
-            if is_summary_request(body):
-                return None
-            name, arguments = plan(next(turns))
-            return Reply(tool_calls=[{"name": name, "arguments": arguments}])
+    def respond(body: dict[str, Any]) -> Reply | None:
+        if is_summary_request(body):
+            return None
+        name, arguments = plan(next(turns))
+        return Reply(tool_calls=[{"name": name, "arguments": arguments}])
 
-        sim.responder = respond
-        yield sim
+    return respond
+
+
+sim = simulator_fixture(
+    {MODEL: ModelSpec(window=WINDOW)}, responder=following_the_plan, validate_messages=True
+)
 
 
 def test_the_newest_read_of_the_file_being_edited_is_in_every_request(

@@ -11,7 +11,6 @@ shows whose archive it read.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,6 +21,7 @@ from session.identity import scope_for
 from tests.servers import ProxyServer, settings_for
 from tests.session.test_recall import TOOLS
 from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator.fixtures import simulator_fixture
 
 WINDOW = 8192
 MODEL = "fork-8k"
@@ -83,10 +83,7 @@ def archive_reader(recall: dict[str, str]) -> Any:
     return respond
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as s:
-        yield s
+sim = simulator_fixture({MODEL: ModelSpec(window=WINDOW)}, validate_messages=True)
 
 
 def proxy_for(sim: Simulator, db_path: str) -> ProxyServer:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -16,15 +15,13 @@ from storage import SessionKey
 from tests.proxy.agent_loop import CONSTRAINTS, SYSTEM, AgentLoop
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Simulator
+from tests.simulator.fixtures import simulator_fixture
 
 WINDOW = 8192
 MODEL = "agent-8k"
 
 
-@pytest.fixture
-def sim8k() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as simulator:
-        yield simulator
+sim8k = simulator_fixture({MODEL: ModelSpec(window=WINDOW)}, validate_messages=True)
 
 
 def small_model_settings(

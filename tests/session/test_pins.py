@@ -5,7 +5,6 @@ instead of a request that silently lacks it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -18,6 +17,7 @@ from session.identity import scope_for
 from tests.compression import aider
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator.fixtures import simulator_fixture
 
 WINDOW = 8192
 MODEL = "aider-8k"
@@ -34,11 +34,9 @@ def answer_like_aider(body: dict[str, Any]) -> Reply | None:
     return Reply(content=aider.edit_answer(answered, lines=25))
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as simulator:
-        simulator.responder = answer_like_aider
-        yield simulator
+sim = simulator_fixture(
+    {MODEL: ModelSpec(window=WINDOW)}, responder=lambda: answer_like_aider, validate_messages=True
+)
 
 
 def proxy_for(sim: Simulator, db_path: str) -> ProxyServer:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -24,6 +23,7 @@ from storage import SessionKey, SessionStore
 from tests.compression.counters import CharCounter
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Fail, ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator.fixtures import simulator_fixture
 from tests.storage.factories import chain_digests, commit
 
 WINDOW = 8192
@@ -84,11 +84,9 @@ def recalling_model(body: dict[str, Any]) -> Reply | None:
     return Reply(content="I do not know.")
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as s:
-        s.responder = recalling_model
-        yield s
+sim = simulator_fixture(
+    {MODEL: ModelSpec(window=WINDOW)}, responder=lambda: recalling_model, validate_messages=True
+)
 
 
 def proxy_for(sim: Simulator, tmp_path: Any, **recall: Any) -> ProxyServer:

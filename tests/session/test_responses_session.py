@@ -6,7 +6,6 @@ reasoning item whose `encrypted_content` was altered; every request it received 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -18,6 +17,7 @@ from storage import SessionKey
 from tests.proxy.responses_agent import INSTRUCTIONS, SHELL, ResponsesAgent
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Simulator
+from tests.simulator.fixtures import simulator_fixture
 from tests.simulator.responses_items import count_input_tokens
 from tests.simulator.shell_agent import ShellAgent
 
@@ -26,10 +26,7 @@ WINDOW = 8192
 EARLY = {"options": {"min_threshold_tokens": 1000}}
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}) as simulator:
-        yield simulator
+sim = simulator_fixture({MODEL: ModelSpec(window=WINDOW)})
 
 
 def proxy_for(

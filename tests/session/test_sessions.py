@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,6 +17,7 @@ from storage import SessionKey
 from tests.proxy.agent_loop import AgentLoop
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Fail, Hang, ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator.fixtures import simulator_fixture
 
 MODEL = "agent-32k"
 WINDOW = 32768
@@ -25,10 +25,7 @@ WINDOW = 32768
 EARLY = {"options": {"min_threshold_tokens": 1000}}
 
 
-@pytest.fixture
-def sim32k() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as sim:
-        yield sim
+sim32k = simulator_fixture({MODEL: ModelSpec(window=WINDOW)}, validate_messages=True)
 
 
 def make_settings(sim: Simulator, db_path: str, **compression: Any) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -22,6 +21,7 @@ from storage import SessionKey
 from tests.proxy.agent_loop import CONSTRAINTS, SYSTEM, AgentLoop
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Reply, Simulator, build_summary, is_summary_request
+from tests.simulator.fixtures import simulator_fixture
 
 MODEL = "agent-8k"
 WINDOW = 8192
@@ -29,10 +29,7 @@ CLIENT_KEY = "sk-agent"
 CUT_LINE = "- the fix for module_3 still needs the retry param"
 
 
-@pytest.fixture
-def sim8k() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True) as sim:
-        yield sim
+sim8k = simulator_fixture({MODEL: ModelSpec(window=WINDOW)}, validate_messages=True)
 
 
 def start_proxy(sim: Simulator, db_path: str, context_length: int = WINDOW) -> ProxyServer:

@@ -29,7 +29,8 @@ import pytest
 
 from compression.summary.handoff import parse_handoff
 from compression.summary.prompts import SUMMARY_PREFIX
-from tests.proxy.user_words_agents import (
+from tests.servers import ProxyServer, settings_for
+from tests.session.user_words_agents import (
     COMPRESSION,
     MODEL,
     SAID,
@@ -43,7 +44,6 @@ from tests.proxy.user_words_agents import (
     Session,
     drive,
 )
-from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Received, Simulator
 from tests.simulator.responses_items import input_items
 

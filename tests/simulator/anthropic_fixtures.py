@@ -13,6 +13,7 @@ import anthropic
 import httpx
 import pytest
 
+from .fixtures import simulator_fixture
 from .models import ModelSpec
 from .server import Simulator
 
@@ -33,15 +34,12 @@ BASH = {
 VERSION = {"anthropic-version": "2023-06-01"}
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    models = {
-        "claude-small": ModelSpec(window=300),
-        "claude-bytes": ModelSpec(window=100_000, max_body_bytes=2_000),
-        "claude-event": ModelSpec(window=300, stream_errors="event"),
-    }
-    with Simulator(models=models, default=ModelSpec(window=200_000)) as s:
-        yield s
+MODELS = {
+    "claude-small": ModelSpec(window=300),
+    "claude-bytes": ModelSpec(window=100_000, max_body_bytes=2_000),
+    "claude-event": ModelSpec(window=300, stream_errors="event"),
+}
+sim = simulator_fixture(MODELS, ModelSpec(window=200_000), scope="module")
 
 
 @pytest.fixture(autouse=True)

@@ -1,28 +1,59 @@
-"""Fixtures shared by the simulator's own tests (tests/test_simulator_*.py): one simulator per
-test module, reset before every test, and an openai and an httpx client bound to it.
+"""Simulator fixtures: ``simulator_fixture``, which any test module uses to state in one line
+the simulator its tests run against, and the fixtures shared by the simulator's own tests
+(tests/simulator/test_*.py): one simulator per test module, reset before every test, and an
+openai and an httpx client bound to it.
 
-A test module imports them as ``from tests.simulator.fixtures import sim as sim``: pytest finds
-fixtures among a module's names, and the redundant alias marks the import as a deliberate export,
-so linters do not take it for an unused import shadowed by the tests' parameters.
+A test module imports the latter as ``from tests.simulator.fixtures import sim as sim``: pytest
+finds fixtures among a module's names, and the redundant alias marks the import as a deliberate
+export, so linters do not take it for an unused import shadowed by the tests' parameters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal
 
 import httpx
 import openai
 import pytest
 
 from .models import ModelSpec
-from .server import Simulator
+from .server import Responder, Simulator
 from .testing import MODELS
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator(models=MODELS, default=ModelSpec(window=128_000)) as s:
-        yield s
+def simulator_fixture(
+    models: Mapping[str, ModelSpec] | None = None,
+    default: ModelSpec | None = None,
+    *,
+    responder: Callable[[], Responder] | None = None,
+    scope: Literal["function", "module"] = "function",
+    **options: Any,
+) -> Any:
+    """A pytest fixture yielding a running ``Simulator(models, default, **options)``, named after
+    the module attribute it is assigned to::
+
+        sim = simulator_fixture({MODEL: ModelSpec(window=WINDOW)}, validate_messages=True)
+
+    ``responder`` makes the simulator's responder, once per simulator, so one that keeps state
+    (which turn it is on, whether it already held a request) starts afresh for every test. Each
+    simulator gets its own copies of the specs too: a test that changes one leaves the next
+    test's alone.
+    """
+
+    @pytest.fixture(scope=scope)
+    def simulator() -> Iterator[Simulator]:
+        specs = copy.deepcopy(dict(models or {}))
+        with Simulator(specs, copy.deepcopy(default), **options) as running:
+            if responder is not None:
+                running.responder = responder()
+            yield running
+
+    return simulator
+
+
+sim = simulator_fixture(MODELS, ModelSpec(window=128_000), scope="module")
 
 
 @pytest.fixture(autouse=True)

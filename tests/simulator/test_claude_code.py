@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from tests.simulator import (
     Simulator,
     is_claude_code_compaction,
 )
+from tests.simulator.fixtures import simulator_fixture
 
 ROUNDS = 22
 MODEL = "claude-sonnet-5-5"  # what this CLI version's "sonnet" alias names
@@ -39,10 +39,7 @@ def claude() -> ClaudeCode:
     return agent
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(default=ModelSpec(window=200_000)) as s:
-        yield s
+sim = simulator_fixture(default=ModelSpec(window=200_000))
 
 
 def tool_results(requests: list[Received]) -> set[str]:

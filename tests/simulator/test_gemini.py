@@ -4,21 +4,17 @@ and the checks the real API makes on pairing and thought signatures."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.simulator import ModelSpec, Reply, Simulator
+from tests.simulator.fixtures import simulator_fixture
 
 MODEL = "gemini-small"
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(models={MODEL: ModelSpec(window=2_000)}) as simulator:
-        yield simulator
+sim = simulator_fixture({MODEL: ModelSpec(window=2_000)})
 
 
 def _post(sim: Simulator, body: Any, stream: bool = False, **kwargs: Any) -> httpx.Response:

@@ -13,20 +13,18 @@ import openai
 import pytest
 
 from tests.simulator import Disconnect, Fail, Hang, ModelSpec, Reply, Simulator, StreamError
+from tests.simulator.fixtures import simulator_fixture
 from tests.simulator.responses_output import OVERFLOW_MESSAGE
 from tests.simulator.shell_agent import ShellAgent
 
 SMALL = 300
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    models = {
-        "small": ModelSpec(window=SMALL),
-        "small-event": ModelSpec(window=SMALL, stream_errors="event"),
-    }
-    with Simulator(models=models, default=ModelSpec(window=128_000)) as s:
-        yield s
+MODELS = {
+    "small": ModelSpec(window=SMALL),
+    "small-event": ModelSpec(window=SMALL, stream_errors="event"),
+}
+sim = simulator_fixture(MODELS, ModelSpec(window=128_000), scope="module")
 
 
 @pytest.fixture(autouse=True)

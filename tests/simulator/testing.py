@@ -1,4 +1,4 @@
-"""Helpers shared by the simulator's own tests (tests/test_simulator_*.py): the models of their
+"""Helpers shared by the simulator's own tests (tests/simulator/test_*.py): the models of their
 simulator and request builders. The fixtures are in fixtures.py."""
 
 from __future__ import annotations

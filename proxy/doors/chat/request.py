@@ -7,20 +7,29 @@ ctxgate does not change is forwarded byte for byte.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from compression import IMAGE_PARTS, Message, ToolSchema
 from proxy.doors.bodies import json_object, json_type, missing_or_type, required_model
+from proxy.doors.chat.shapes import Metadata, StreamOptions, is_call
 from proxy.doors.grown_bodies import Grown, GrownBodies
+from proxy.doors.sse_data import text_at
 from session.errors import BadRequest
-from session.ports.door import WireRequest
+from session.ports.frontdoor import WireRequest
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
-def client_wants_usage(body: dict[str, Any]) -> bool:
-    options = body.get("stream_options")
-    return isinstance(options, dict) and bool(options.get("include_usage"))
+def stream_options(body: Mapping[str, Any]) -> StreamOptions | None:
+    """The body's `stream_options`, when it is an object (it is forwarded as it came)."""
+    options: StreamOptions | None = body.get("stream_options")
+    return options if type(options) is dict else None
+
+
+def client_wants_usage(body: Mapping[str, Any]) -> bool:
+    options = stream_options(body)
+    return options is not None and bool(options.get("include_usage"))
 
 
 def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
@@ -59,16 +68,16 @@ def _images_now(grown: Grown, added: int) -> int | None:
     kept = grown.source.marks
     if kept is None:
         return grown.marks
-    before: list[Any] = grown.source.body["messages"]
+    before: list[Message] = grown.source.body["messages"]
     replaced = before[grown.known : len(before) - grown.tail]
-    return kept - sum(_image_parts(m) for m in replaced) + added
+    return kept - sum(_image_parts(m.get("content")) for m in replaced) + added
 
 
-def _image_parts(message: Any) -> int:
-    content = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(content, list):
+def _image_parts(content: object) -> int:
+    """The image parts of a message's checked `content`."""
+    if type(content) is not list:
         return 0
-    return sum(isinstance(p, dict) and p.get("type") in IMAGE_PARTS for p in content)
+    return sum(part.get("type") in IMAGE_PARTS for part in content)
 
 
 def _wire_request(
@@ -95,13 +104,12 @@ def _wire_request(
     )
 
 
-def _metadata_session(body: dict[str, Any]) -> str | None:
-    metadata = body.get("metadata")
-    value = metadata.get("session_id") if isinstance(metadata, dict) else None
-    return value if isinstance(value, str) else None
+def _metadata_session(body: Mapping[str, Any]) -> str | None:
+    metadata: Metadata | None = body.get("metadata")
+    return text_at(metadata, "session_id") if type(metadata) is dict else None
 
 
-def _max_tokens(body: dict[str, Any]) -> int | None:
+def _max_tokens(body: Mapping[str, Any]) -> int | None:
     for key in ("max_completion_tokens", "max_tokens"):
         value = body.get(key)
         if value is None:
@@ -138,8 +146,7 @@ def _check_messages(messages: list[Any], start: int = 0) -> int:
                 if tool_calls is None or _plain_tool_calls(tool_calls):
                     continue
             _check_message_fully(f"messages[{index}]", message, role, content)
-            if type(content) is list:
-                images += sum(part.get("type") in IMAGE_PARTS for part in content)
+            images += _image_parts(content)
         else:
             raise BadRequest(
                 f"'messages[{index}]' must be an object, got {json_type(message)}.",
@@ -149,6 +156,7 @@ def _check_messages(messages: list[Any], start: int = 0) -> int:
 
 
 def _plain_tool_calls(tool_calls: Any) -> bool:
+    """`is_call` for every call, inline: this runs for every assistant turn of a request."""
     if type(tool_calls) is not list:
         return False
     for call in tool_calls:
@@ -159,7 +167,7 @@ def _plain_tool_calls(tool_calls: Any) -> bool:
     return True
 
 
-def _check_message_fully(where: str, message: dict[str, Any], role: Any, content: Any) -> None:
+def _check_message_fully(where: str, message: Mapping[str, Any], role: Any, content: Any) -> None:
     if not isinstance(role, str) or role not in _ROLES:
         raise BadRequest(
             f"'{where}.role' must be one of {', '.join(sorted(_ROLES))}, got {role!r}.",
@@ -173,7 +181,7 @@ def _check_message_fully(where: str, message: dict[str, Any], role: Any, content
         )
     if isinstance(content, list) and not all(isinstance(part, dict) for part in content):
         raise BadRequest(f"'{where}.content' parts must be objects.", param=f"{where}.content")
-    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+    if role == "tool" and text_at(message, "tool_call_id") is None:
         raise BadRequest(
             f"'{where}' is a tool message without a string 'tool_call_id'.",
             param=f"{where}.tool_call_id",
@@ -190,8 +198,7 @@ def _check_tool_calls(where: str, tool_calls: Any) -> None:
             param=f"{where}.tool_calls",
         )
     for i, call in enumerate(tool_calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(call.get("id"), str):
+        if not is_call(call):
             raise BadRequest(
                 f"'{where}.tool_calls[{i}]' must be an object with a string 'id' and a "
                 "'function' object.",

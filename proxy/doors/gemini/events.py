@@ -8,13 +8,23 @@ it is finished at a chunk with a `finishReason`, and a chunk `{"error": {...}}` 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import orjson
 
-from compression import SummaryCall, SummaryCallError, SummaryReply
-from proxy.doors.sse_data import json_object
-from session.ports.door import Usage
+from compression import ContentPart, SummaryCall, SummaryCallError, SummaryReply
+from proxy.doors.gemini.contents import (
+    Answer,
+    ErrorDetail,
+    WireContent,
+    answer_of,
+    chat_fields,
+    first_candidate,
+    is_thought,
+    parts_in,
+    text_of,
+)
+from session.ports.frontdoor import Usage
 
 # Google's canonical status names for the HTTP statuses ctxgate answers with.
 STATUS_NAMES = {
@@ -35,7 +45,9 @@ STATUS_NAMES = {
 }
 
 
-def usage_of(metadata: Any) -> Usage | None:
+def usage_of(answer: Answer | None) -> Usage | None:
+    """The figures of an answer's (or chunk's) `usageMetadata`; None when it has none."""
+    metadata = answer.get("usageMetadata") if answer is not None else None
     if not isinstance(metadata, dict) or not isinstance(metadata.get("promptTokenCount"), int):
         return None
     output = [
@@ -43,27 +55,30 @@ def usage_of(metadata: Any) -> Usage | None:
         for key in ("candidatesTokenCount", "thoughtsTokenCount")
         if isinstance(value := metadata.get(key), int)
     ]
-    prompt: int = metadata["promptTokenCount"]
+    prompt = metadata["promptTokenCount"]
     cached = metadata.get("cachedContentTokenCount")
     read = min(cached, prompt) if isinstance(cached, int) and cached > 0 else 0
     return Usage(prompt, sum(output) if output else None, cache_read=read)
 
 
 def answer_usage(answer: bytes) -> Usage | None:
-    data = json_object(answer)
-    return usage_of(data.get("usageMetadata")) if data is not None else None
+    return usage_of(answer_of(answer))
 
 
 def error_status(data: bytes) -> int | None:
     """The HTTP status a chunk `{"error": {...}}` stands for; None for any other chunk."""
     if b'"error"' not in data:
         return None
-    parsed = json_object(data)
-    error = parsed.get("error") if parsed is not None else None
-    if not isinstance(error, dict):
+    error = _error(answer_of(data))
+    if error is None:
         return None
     code = error.get("code")
     return code if isinstance(code, int) and 400 <= code < 600 else 500
+
+
+def _error(chunk: Answer | None) -> ErrorDetail | None:
+    error = chunk.get("error") if chunk is not None else None
+    return error if isinstance(error, dict) else None
 
 
 def error_body(status: int, message: str) -> bytes:
@@ -77,7 +92,7 @@ def error_event(message: str, status: int = 500) -> bytes:
     return b"data: " + error_body(status, message) + b"\r\n\r\n"
 
 
-def _finished(chunk: dict[str, Any]) -> bool:
+def _finished(chunk: Answer) -> bool:
     candidates = chunk.get("candidates")
     if not isinstance(candidates, list):
         return False
@@ -99,14 +114,14 @@ class GeminiWatch:
         return False
 
     def inspect(self, data: bytes) -> bool:
-        chunk = json_object(data)
+        chunk = answer_of(data)
         if chunk is None:
             return True
-        if isinstance(chunk.get("error"), dict):
+        if _error(chunk) is not None:
             self.failed = "upstream sent an error chunk"
             self.finished = True
             return True
-        usage = usage_of(chunk.get("usageMetadata"))
+        usage = usage_of(chunk)
         if usage is not None:
             self.usage = usage
         if _finished(chunk):
@@ -120,26 +135,36 @@ class GeminiWatch:
 def summary_body(call: SummaryCall) -> bytes:
     """A summary call: the system prompt as `systemInstruction`, the rest as turns (the model
     is in the path)."""
-    system = [m.get("content") for m in call.messages if m.get("role") in ("system", "developer")]
-    contents = [
-        {
-            "role": "model" if m.get("role") == "assistant" else "user",
-            "parts": [{"text": _text(m.get("content"))}],
-        }
-        for m in call.messages
-        if m.get("role") not in ("system", "developer") and m.get("content")
-    ]
-    body: dict[str, Any] = {
+    system: list[str] = []
+    contents: list[WireContent] = []
+    for message in map(chat_fields, call.messages):
+        if message.role in ("system", "developer"):
+            if isinstance(message.content, str) and message.content:
+                system.append(message.content)
+        elif message.content:
+            role = "model" if message.role == "assistant" else "user"
+            contents.append({"role": role, "parts": [{"text": _text(message.content)}]})
+    body: _SummaryRequest = {
         "contents": contents or [{"role": "user", "parts": [{"text": "(empty)"}]}],
         "generationConfig": {"maxOutputTokens": call.max_tokens, "temperature": 0},
     }
-    texts = [text for text in system if isinstance(text, str) and text]
-    if texts:
-        body["systemInstruction"] = {"parts": [{"text": "\n\n".join(texts)}]}
+    if system:
+        body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
     return orjson.dumps(body)
 
 
-def _text(content: Any) -> str:
+class _SummaryConfig(TypedDict):
+    maxOutputTokens: int
+    temperature: int
+
+
+class _SummaryRequest(TypedDict):
+    contents: list[WireContent]
+    generationConfig: _SummaryConfig
+    systemInstruction: NotRequired[WireContent]
+
+
+def _text(content: str | list[ContentPart]) -> str:
     if isinstance(content, str):
         return content
     parts = content if isinstance(content, list) else []
@@ -147,19 +172,18 @@ def _text(content: Any) -> str:
 
 
 def summary_reply(answer: bytes) -> SummaryReply:
-    data = json_object(answer)
-    candidates = data.get("candidates") if data is not None else None
-    if not isinstance(candidates, list) or not candidates or not isinstance(candidates[0], dict):
+    data = answer_of(answer)
+    first = first_candidate(data) if data is not None else None
+    if data is None or first is None:
         raise SummaryCallError("summary model sent an unreadable answer")
-    first = candidates[0]
     content = first.get("content")
-    parts = content.get("parts") if isinstance(content, dict) else None
+    parts = parts_in(content) if isinstance(content, dict) else []
     text = "".join(
-        str(p.get("text", ""))
-        for p in parts or []
-        if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
+        text
+        for p in parts
+        if isinstance(p, dict) and (text := text_of(p)) is not None and not is_thought(p)
     )
-    usage = usage_of(data.get("usageMetadata")) if data is not None else None
+    usage = usage_of(data)
     return SummaryReply(
         text=text,
         finish_reason="length" if first.get("finishReason") == "MAX_TOKENS" else "stop",

@@ -11,20 +11,23 @@ signed first call was removed keeps Google's dummy signature on the first call l
 
 from __future__ import annotations
 
-from typing import Any, TypedDict, cast
+from typing import Final, TypedDict, cast
+
+from proxy.doors.gemini.contents import (
+    Part,
+    Template,
+    WireContent,
+    is_answer,
+    is_call,
+    is_model,
+    is_thought,
+)
 
 DUMMY_SIGNATURE = "skip_thought_signature_validator"  # Google's documented stand-in
-SIGNATURE = "thoughtSignature"
+SIGNATURE: Final = "thoughtSignature"
 REMOVED_CALL_TEXT = "(tool call removed)"
 REMOVED_RESULT_TEXT = "(tool result removed)"
 EMPTY_TEXT = "(empty)"
-
-Part = dict[str, Any]
-
-
-class WireContent(TypedDict, total=False):
-    role: str
-    parts: list[Part]
 
 
 class Piece(TypedDict):
@@ -32,17 +35,9 @@ class Piece(TypedDict):
     parts: list[Part]
     at: list[float]  # each part's position in its content
     keys: list[str | None]  # each call's or answer's chat id (None for other parts)
-    template: dict[str, Any]
-    group: Any  # the wire content it came from (None: written by ctxgate)
+    template: Template
+    group: object  # the wire content it came from (None: written by ctxgate)
     written: bool
-
-
-def is_call(part: Part) -> bool:
-    return isinstance(part.get("functionCall"), dict)
-
-
-def is_answer(part: Part) -> bool:
-    return isinstance(part.get("functionResponse"), dict)
 
 
 Keyed = tuple[WireContent, list[str | None]]  # a content and each part's chat id
@@ -87,12 +82,12 @@ def repaired(keyed: list[Keyed]) -> list[WireContent]:
     before; a content left without parts says what was removed."""
     out: list[WireContent] = []
     for index, (content, keys) in enumerate(keyed):
-        parts = content.get("parts") or []
-        if content.get("role") == "model" and index + 1 < len(keyed):
+        parts = content["parts"]
+        if is_model(content) and index + 1 < len(keyed):
             answered = _answers(keyed[index + 1])
             kept = [p for p, k in zip(parts, keys, strict=True) if not is_call(p) or k in answered]
             out.append(_with_parts(content, _signed(kept, parts), REMOVED_CALL_TEXT))
-        elif content.get("role") != "model" and any(is_answer(p) for p in parts):
+        elif not is_model(content) and any(is_answer(p) for p in parts):
             asked = _calls_of(keyed[index - 1]) if index > 0 else set()
             kept = [p for p, k in zip(parts, keys, strict=True) if not is_answer(p) or k in asked]
             out.append(_with_parts(content, kept, REMOVED_RESULT_TEXT))
@@ -103,18 +98,16 @@ def repaired(keyed: list[Keyed]) -> list[WireContent]:
 
 def _answers(keyed: Keyed) -> set[str | None]:
     content, keys = keyed
-    if content.get("role") == "model":
+    if is_model(content):
         return set()
-    parts = content.get("parts") or []
-    return {k for p, k in zip(parts, keys, strict=True) if is_answer(p)}
+    return {k for p, k in zip(content["parts"], keys, strict=True) if is_answer(p)}
 
 
 def _calls_of(keyed: Keyed) -> set[str | None]:
     content, keys = keyed
-    if content.get("role") != "model":
+    if not is_model(content):
         return set()
-    parts = content.get("parts") or []
-    return {k for p, k in zip(parts, keys, strict=True) if is_call(p)}
+    return {k for p, k in zip(content["parts"], keys, strict=True) if is_call(p)}
 
 
 def _signed(kept: list[Part], parts: list[Part]) -> list[Part]:
@@ -132,11 +125,11 @@ def _signed(kept: list[Part], parts: list[Part]) -> list[Part]:
 
 
 def _with_parts(content: WireContent, kept: list[Part], note: str) -> WireContent:
-    parts = content.get("parts") or []
+    parts = content["parts"]
     if len(kept) == len(parts) and all(a is b for a, b in zip(kept, parts, strict=True)):
         return content
-    if not [p for p in kept if not p.get("thought")]:
+    if not [p for p in kept if not is_thought(p)]:
         kept = [*kept, {"text": note}]
-    changed = cast(WireContent, dict(content))
+    changed = content.copy()
     changed["parts"] = kept
     return changed

@@ -17,24 +17,37 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
 from compression import ToolSchema
 from proxy.doors import bodies
-from proxy.doors.gemini.pairs import DUMMY_SIGNATURE, SIGNATURE, Part, WireContent
+from proxy.doors.gemini.contents import (
+    Answer,
+    Candidate,
+    Part,
+    Tool,
+    WireContent,
+    answer_of,
+    call_of,
+    first_candidate,
+    is_call,
+    is_thought,
+    parts_in,
+)
+from proxy.doors.gemini.pairs import DUMMY_SIGNATURE, SIGNATURE
 from proxy.doors.gemini.parts import POSITIONAL, arguments_of, from_wire
-from proxy.doors.sse_data import data_of, json_object, with_data
-from session.ports.door import AnswerCalls, ToolCall
+from proxy.doors.sse_data import data_of, with_data
+from session.ports.frontdoor import AnswerCalls, ToolCall
 
 _STRIPPED = frozenset({"additionalProperties"})  # not in the OpenAPI subset `parameters` takes
 
 
-def with_tools(client_tools: Any, tools: Sequence[ToolSchema]) -> list[Any]:
+def with_tools(client_tools: list[Tool] | None, tools: Sequence[ToolSchema]) -> list[Any]:
     """The client's tools, with ctxgate's declared beside the client's functions (in the
     same schema field the client uses), unless the client has a function of that name."""
-    out: list[Any] = list(client_tools) if isinstance(client_tools, list) else []
+    out: list[Tool] = list(client_tools) if isinstance(client_tools, list) else []
     at = next(
         (
             i
@@ -60,22 +73,19 @@ def with_tools(client_tools: Any, tools: Sequence[ToolSchema]) -> list[Any]:
     return out
 
 
-def calls_tool(part: Any, name: str) -> bool:
-    if not isinstance(part, dict):
-        return False
-    call = part.get("functionCall")
-    return isinstance(call, dict) and call.get("name") == name
+def calls_tool(part: Part, name: str) -> bool:
+    call = call_of(part) if isinstance(part, dict) else None
+    return call is not None and call.get("name") == name
 
 
-def _is_call(part: Any) -> bool:
-    return isinstance(part, dict) and isinstance(part.get("functionCall"), dict)
+def _is_call(part: Part) -> bool:
+    return isinstance(part, dict) and is_call(part)
 
 
-def _parts(answer: dict[str, Any]) -> list[Part] | None:
-    candidates = answer.get("candidates")
-    first = candidates[0] if isinstance(candidates, list) and candidates else None
-    content = first.get("content") if isinstance(first, dict) else None
-    parts = content.get("parts") if isinstance(content, dict) else None
+def _parts(answer: Answer) -> list[Part] | None:
+    first = first_candidate(answer)
+    content = first.get("content") if first is not None else None
+    parts = parts_in(content) if isinstance(content, dict) else None
     return parts if isinstance(parts, list) else None
 
 
@@ -93,7 +103,7 @@ def resigned(kept: list[Part], parts: list[Part]) -> list[Part]:
 
 
 def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
-    data = json_object(answer)
+    data = answer_of(answer)
     parts = _parts(data) if data is not None else None
     if parts is None:
         return None
@@ -103,34 +113,39 @@ def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
     kept = [p for p in parts if isinstance(p, dict) and (not _is_call(p) or calls_tool(p, name))]
     kept = resigned(kept, [p for p in parts if isinstance(p, dict)])
     group = "recall-" + hashlib.sha1(orjson.dumps(kept)).hexdigest()[:16]
-    wire = cast(WireContent, {"role": "model", "parts": kept})
+    wire: WireContent = {"role": "model", "parts": kept}
     messages, ids = from_wire(wire, group)
     by_part = dict(zip((id(p) for p in kept if _is_call(p)), ids, strict=True))
     calls = tuple(
         ToolCall(
             id=by_part.get(id(p), f"{POSITIONAL}{group}"),
             name=name,
-            arguments=arguments_of(p["functionCall"]),
+            arguments=arguments_of(call),
         )
         for p in kept
-        if calls_tool(p, name)
+        if calls_tool(p, name) and (call := call_of(p)) is not None
     )
     return AnswerCalls(message=messages[0], calls=calls)
 
 
 def without_calls(answer: bytes, name: str) -> bytes:
-    data = json_object(answer)
+    data = answer_of(answer)
     parts = _parts(data) if data is not None else None
     if data is None or parts is None:
         return answer
     kept = [p for p in parts if not calls_tool(p, name)]
     if len(kept) == len(parts):
         return answer
-    candidates = list(data["candidates"])
-    first = dict(candidates[0])
-    first["content"] = {**first["content"], "parts": resigned(kept, parts)}
+    return orjson.dumps(_with_first_parts(data, resigned(kept, parts)))
+
+
+def _with_first_parts(answer: Answer, parts: list[Part]) -> Answer:
+    """The answer (or chunk) with its first candidate's parts replaced."""
+    candidates = list(answer["candidates"])
+    first: Candidate = candidates[0].copy()
+    first["content"] = {**first["content"], "parts": parts}
     candidates[0] = first
-    return orjson.dumps({**data, "candidates": candidates})
+    return {**answer, "candidates": candidates}
 
 
 # -- streams ------------------------------------------------------------------------------------
@@ -143,27 +158,26 @@ class GeminiAnswerStream:
     def __init__(self, name: str) -> None:
         self.decided: str | None = None
         self._name = name
-        self._top: dict[str, Any] = {}
+        self._top: dict[str, object] = {}
         self._parts: list[Part] = []
-        self._candidate: dict[str, Any] = {}
+        self._candidate: dict[str, object] = {}
 
     def feed(self, data: bytes) -> None:
-        chunk = json_object(data)
+        chunk = answer_of(data)
         if chunk is None or "error" in chunk:
             return
         for key, value in chunk.items():
             if key != "candidates" and (key not in self._top or key == "usageMetadata"):
                 self._top[key] = value
         parts = _parts(chunk) or []
-        candidates = chunk.get("candidates")
-        first = candidates[0] if isinstance(candidates, list) and candidates else None
-        if isinstance(first, dict):
+        first = first_candidate(chunk)
+        if first is not None:
             self._candidate.update({k: v for k, v in first.items() if k != "content"})
         for part in parts:
             if not isinstance(part, dict):
                 continue
             self._parts.append(part)
-            if self.decided is None and not part.get("thought"):
+            if self.decided is None and not is_thought(part):
                 if _is_call(part):
                     self.decided = "recall" if calls_tool(part, self._name) else "answer"
                 elif part.get("text"):
@@ -196,10 +210,20 @@ class GeminiCallFilter:
             if b'"functionCall"' in event:
                 self._client_calls = True
             return event
-        chunk = json_object(data_of(event))
+        chunk = answer_of(data_of(event))
         parts = _parts(chunk) if chunk is not None else None
         if chunk is None or parts is None:
             return event
+        kept = self._kept(parts)
+        if len(kept) == len(parts) and all(a is b for a, b in zip(kept, parts, strict=True)):
+            return event
+        candidates = chunk["candidates"]
+        if not kept and len(candidates) == 1 and "finishReason" not in candidates[0]:
+            if "usageMetadata" not in chunk:
+                return None
+        return with_data(event, orjson.dumps(_with_first_parts(chunk, kept)))
+
+    def _kept(self, parts: list[Part]) -> list[Part]:
         kept: list[Part] = []
         for part in parts:
             if calls_tool(part, self._name):
@@ -211,13 +235,4 @@ class GeminiCallFilter:
                     part = {**part, SIGNATURE: DUMMY_SIGNATURE}
                 self._client_calls = True
             kept.append(part)
-        if len(kept) == len(parts) and all(a is b for a, b in zip(kept, parts, strict=True)):
-            return event
-        candidates = list(chunk["candidates"])
-        first = dict(candidates[0])
-        if not kept and len(candidates) == 1 and "finishReason" not in first:
-            if "usageMetadata" not in chunk:
-                return None
-        first["content"] = {**first["content"], "parts": kept}
-        candidates[0] = first
-        return with_data(event, orjson.dumps({**chunk, "candidates": candidates}))
+        return kept

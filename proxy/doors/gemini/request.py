@@ -12,6 +12,7 @@ from typing import Any
 
 from compression import Message, ToolSchema
 from proxy.doors.bodies import json_object
+from proxy.doors.gemini.contents import FunctionDeclaration, System, Tool
 from proxy.doors.gemini.parts import to_chat
 from session.errors import BadRequest
 
@@ -38,10 +39,10 @@ def read_body(raw: bytes) -> GeminiBody:
         raise BadRequest("Invalid value at 'contents': expected a list of Content objects.")
     for index, content in enumerate(contents):
         _check_content(index, content)
-    system = body.get("systemInstruction")
+    system: System | None = body.get("systemInstruction")
     if system is not None and not isinstance(system, (dict, str)):
         raise BadRequest("Invalid value at 'system_instruction': expected a Content object.")
-    tools = body.get("tools")
+    tools: list[Tool] | None = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise BadRequest("Invalid value at 'tools': expected a list of Tool objects.")
     return GeminiBody(
@@ -53,7 +54,7 @@ def read_body(raw: bytes) -> GeminiBody:
     )
 
 
-def _check_content(index: int, content: Any) -> None:
+def _check_content(index: int, content: object) -> None:
     where = f"contents[{index}]"
     if not isinstance(content, dict):
         raise BadRequest(f"Invalid value at '{where}': expected a Content object.")
@@ -69,7 +70,7 @@ def _check_content(index: int, content: Any) -> None:
         )
 
 
-def _max_tokens(config: Any) -> int | None:
+def _max_tokens(config: object) -> int | None:
     value = config.get("maxOutputTokens") if isinstance(config, dict) else None
     if value is None:
         return None
@@ -81,7 +82,7 @@ def _max_tokens(config: Any) -> int | None:
     return value
 
 
-def tools_as_chat(tools: Any) -> list[ToolSchema] | None:
+def tools_as_chat(tools: list[Tool] | None) -> list[ToolSchema] | None:
     """Gemini tool declarations in chat shape, for counting their tokens (a built-in tool
     such as `googleSearch` counts as its JSON)."""
     if not isinstance(tools, list):
@@ -95,14 +96,15 @@ def tools_as_chat(tools: Any) -> list[ToolSchema] | None:
             name = next(iter(tool), "tool")
             out.append({"type": "function", "function": {"name": str(name), "parameters": tool}})
             continue
-        for declaration in declarations:
-            if not isinstance(declaration, dict):
-                continue
-            schema = declaration.get("parametersJsonSchema", declaration.get("parameters", {}))
-            function = {
-                "name": str(declaration.get("name", "")),
-                "description": str(declaration.get("description", "")),
-                "parameters": schema,
-            }
-            out.append({"type": "function", "function": function})
+        out.extend(_as_chat(d) for d in declarations if isinstance(d, dict))
     return out
+
+
+def _as_chat(declaration: FunctionDeclaration) -> ToolSchema:
+    schema = declaration.get("parametersJsonSchema", declaration.get("parameters", {}))
+    function = {
+        "name": str(declaration.get("name", "")),
+        "description": str(declaration.get("description", "")),
+        "parameters": schema,
+    }
+    return {"type": "function", "function": function}

@@ -3,7 +3,8 @@
     chat = to_chat(system, messages)        # what the compressor works on
     system, messages = to_wire(view)        # what goes upstream
 
-Each chat message carries the wire content it came from under `ORIGINAL` (plain JSON):
+Each chat message carries the wire content it came from under `ORIGINAL` (plain JSON, see
+`wire_types.Original`):
 
     {"system": value}                                  the `system` field (string or blocks)
     {"role": r, "template": {...}, "blocks": [...], "string": bool}
@@ -29,30 +30,42 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 import orjson
 
-from compression import ContentPart, Message, ToolCall
-from proxy.doors.messages.compaction_blocks import HEAD, compaction_cut, compaction_head
-from session.ports.door import original_of, with_original
+from compression import ContentPart, FunctionCall, Message, ToolCall
+from proxy.doors.messages.compaction_blocks import compaction_cut, compaction_head
+from proxy.doors.messages.wire_types import (
+    Block,
+    ChatFields,
+    CompactionOriginal,
+    Original,
+    System,
+    Template,
+    WireMessage,
+    answers,
+    call_id,
+    carrying,
+    chat_fields,
+    content_of,
+    input_of,
+    kind,
+    original,
+    text_of,
+    tool_use,
+)
 
 _THINKING = frozenset({"thinking", "redacted_thinking"})
-_CHAT_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 REMOVED_CALL_TEXT = "(tool call removed)"
 REMOVED_RESULT_TEXT = "(tool result removed)"
 EMPTY_TEXT = "(empty)"
 
 
-class WireMessage(TypedDict, total=False):
-    role: str
-    content: str | list[dict[str, Any]]
-
-
 class _Piece(TypedDict):
     role: str
-    blocks: list[dict[str, Any]]
-    template: dict[str, Any]
+    blocks: list[Block]
+    template: Template
     string: bool
     written: bool  # rebuilt or new: not the client's own bytes
     after: list[WireMessage]  # `role: system` entries that followed it
@@ -63,119 +76,130 @@ class _Piece(TypedDict):
 
 
 def to_chat(
-    system: Any, messages: Sequence[WireMessage], *, compactions: bool = True
+    system: System | None, messages: Sequence[WireMessage], *, compactions: bool = True
 ) -> list[Message]:
     """The chat-shaped conversation: the `system` field first, then every wire message (from
     the newest compaction turn on, unless `compactions` is False)."""
     out: list[Message] = []
     if system is not None and system != "" and system != []:
-        head = cast(Message, {"role": "system", "content": _system_content(system)})
-        out.append(with_original(head, {"system": system}))
+        head: Message = {"role": "system", "content": _system_content(system)}
+        out.append(carrying(head, {"system": system}))
     cut = compaction_cut(messages) if compactions else None
     if cut is not None:
         compacted = compaction_head(messages, cut)
-        turn = cast(Message, {"role": "system", "content": compacted.text()})
-        out.append(with_original(turn, compacted.original()))
+        turn: Message = {"role": "system", "content": compacted.text()}
+        out.append(carrying(turn, {"compaction": compacted.original()}))
         if compacted.rest and compacted.results_template is not None:
             out.append(_carrying("user", compacted.results_template, compacted.rest, False))
         messages = messages[compacted.end :]
     for message in messages:
-        if message.get("role") == "system" and out and out[-1].get("role") != "system":
+        if message["role"] == "system" and out and out[-1]["role"] != "system":
             # Among the turns (Claude Code puts reminders there): it travels with the message
             # before it, so it never separates a tool call from its result.
-            after = cast(dict[str, Any], original_of(out[-1]))
-            after.setdefault("after", []).append(message)
+            before = original(out[-1])
+            if before is not None:
+                before.setdefault("after", []).append(message)
             continue
         out.extend(from_wire(message))
     return out
 
 
-def _system_content(system: Any) -> str | list[ContentPart]:
+def _system_content(system: System) -> str | list[ContentPart]:
     if isinstance(system, str):
         return system
-    return [_part(block) for block in system if isinstance(block, dict)]
+    return [_part(block, kind(block)) for block in system if isinstance(block, dict)]
 
 
 def from_wire(message: WireMessage) -> list[Message]:
     """One wire message as chat-shaped messages (tool results each become their own)."""
-    role = message.get("role", "user")
-    content = message.get("content")
-    template = {k: v for k, v in message.items() if k != "content"}
+    role = message["role"]
+    content = message["content"]
+    template: Template = {k: v for k, v in message.items() if k != "content"}
     string = isinstance(content, str)
-    blocks: list[dict[str, Any]] = (
+    blocks: list[Block] = (
         [{"type": "text", "text": content}]
         if isinstance(content, str)
-        else [b for b in content or [] if isinstance(b, dict)]
+        else [b for b in content if isinstance(b, dict)]
     )
     if role != "user":
         return [_carrying(role, template, blocks, string)]
-    results = [b for b in blocks if b.get("type") == "tool_result"]
-    rest = [b for b in blocks if b.get("type") != "tool_result"]
+    results, rest = _results_first(blocks)
     out = [_carrying("user", template, [result], False) for result in results]
     if rest or not results:
         out.append(_carrying("user", template, rest, string))
     return out
 
 
-def _carrying(
-    role: str, template: dict[str, Any], blocks: list[dict[str, Any]], string: bool
-) -> Message:
-    original = {"role": role, "template": template, "blocks": blocks, "string": string}
-    return with_original(_converted(original), original)
+def _results_first(blocks: list[Block]) -> tuple[list[Block], list[Block]]:
+    """(the `tool_result` blocks, the others), each in order."""
+    results: list[Block] = []
+    rest: list[Block] = []
+    for block in blocks:
+        (results if kind(block) == "tool_result" else rest).append(block)
+    return results, rest
 
 
-def _converted(original: dict[str, Any]) -> Message:
+def _carrying(role: str, template: Template, blocks: list[Block], string: bool) -> Message:
+    kept: Original = {"role": role, "template": template, "blocks": blocks, "string": string}
+    return carrying(_converted(kept), kept)
+
+
+def _converted(kept: Original) -> Message:
     """The chat fields a wire piece stands for (deterministic: also the 'unchanged' test)."""
-    role: str = original["role"]
-    blocks: list[dict[str, Any]] = original["blocks"]
-    if role == "user" and len(blocks) == 1 and blocks[0].get("type") == "tool_result":
-        result = blocks[0]
-        return cast(
-            Message,
-            {
-                "role": "tool",
-                "tool_call_id": str(result.get("tool_use_id", "")),
-                "content": _result_content(result.get("content")),
-            },
-        )
-    if original["string"] and len(blocks) == 1:
-        return cast(Message, {"role": role, "content": blocks[0].get("text", "")})
-    parts = [
-        _part(b) for b in blocks if b.get("type") not in _THINKING and b.get("type") != "tool_use"
-    ]
+    role = kept["role"]
+    blocks = kept["blocks"]
+    if role == "user" and len(blocks) == 1 and kind(blocks[0]) == "tool_result":
+        return _tool_message(blocks[0])
+    if kept["string"] and len(blocks) == 1:
+        return cast(Message, {"role": role, "content": blocks[0]["text"]})
+    parts: list[ContentPart] = []
+    calls: list[ToolCall] = []
+    for block in blocks:
+        block_kind = kind(block)
+        if block_kind == "tool_use":
+            calls.append(_call(block))
+        elif block_kind not in _THINKING:
+            parts.append(_part(block, block_kind))
     message = cast(Message, {"role": role, "content": parts or None})
-    calls = [_call(b) for b in blocks if b.get("type") == "tool_use"]
     if calls:
         message["tool_calls"] = calls
     return message
 
 
-def _part(block: dict[str, Any]) -> ContentPart:
-    if block.get("type") == "document":
+def _tool_message(result: Block) -> Message:
+    return {
+        "role": "tool",
+        "tool_call_id": str(result.get("tool_use_id", "")),
+        "content": _result_content(content_of(result)),
+    }
+
+
+def _part(block: Block, block_kind: str | None) -> ContentPart:
+    if block_kind == "document":
         # Counted with the flat image figure, never by its base64 length.
         return cast(ContentPart, {"type": "image", "document": block})
     return cast(ContentPart, block)
 
 
-def _result_content(content: Any) -> str | list[ContentPart] | None:
+def _result_content(content: str | list[Block] | None) -> str | list[ContentPart] | None:
     if content is None or isinstance(content, str):
         return content
-    return [_part(b) for b in content if isinstance(b, dict)]
+    return [_part(b, kind(b)) for b in content if isinstance(b, dict)]
 
 
-def _call(block: dict[str, Any]) -> ToolCall:
-    arguments = orjson.dumps(block.get("input", {})).decode()
+def _call(block: Block) -> ToolCall:
+    call = tool_use(block)
     return {
-        "id": str(block.get("id", "")),
+        "id": call.id,
         "type": "function",
-        "function": {"name": str(block.get("name", "")), "arguments": arguments},
+        "function": {"name": call.name, "arguments": orjson.dumps(call.input).decode()},
     }
 
 
 # -- chat to wire -------------------------------------------------------------------------------
 
 
-def to_wire(view: Sequence[Message]) -> tuple[Any, list[WireMessage]]:
+def to_wire(view: Sequence[Message]) -> tuple[System | None, list[WireMessage]]:
     """(`system` field or None, `messages`) for a chat-shaped view."""
     rendered = render_view(view)
     return rendered.system, rendered.messages
@@ -183,7 +207,7 @@ def to_wire(view: Sequence[Message]) -> tuple[Any, list[WireMessage]]:
 
 @dataclass(frozen=True, slots=True)
 class RenderedView:
-    system: Any  # the `system` field, None for none
+    system: System | None  # the `system` field, None for none
     messages: list[WireMessage]
     last_written: int | None  # the last message holding content ctxgate wrote or changed
 
@@ -191,61 +215,70 @@ class RenderedView:
 def render_view(view: Sequence[Message], dead: Sequence[WireMessage] = ()) -> RenderedView:
     """The wire `system` and messages of a view; `dead`: the messages before the compaction
     turn of the client's request, put back in front of that turn as they came."""
-    system: Any = None
+    system: System | None = None
     pieces: list[_Piece] = []
     for message in view:
-        original = original_of(message)
-        if original is not None and HEAD in original:
-            pieces.extend(_compaction_pieces(original[HEAD], list(dead)))
+        kept = original(message)
+        if kept is not None and "compaction" in kept:
+            pieces.extend(_compaction_pieces(kept["compaction"], list(dead)))
             continue
-        head = original is None or "system" in original
-        if not pieces and head and message.get("role") in ("system", "developer"):
-            system = _joined(system, _system_value(message, original))
+        chat = chat_fields(message)
+        head = kept is None or "system" in kept
+        if not pieces and head and chat.role in ("system", "developer"):
+            system = _joined(system, _system_value(chat.content, kept))
             continue
-        pieces.append(_piece(message, original))
+        pieces.append(_piece(chat, kept))
     messages, written = _merged(pieces)
     return RenderedView(system, _repaired(messages), written)
 
 
-def _system_value(message: Message, original: dict[str, Any] | None) -> Any:
-    content = message.get("content")
-    if original is not None and content == _system_content(original["system"]):
-        return original["system"]
+def _system_value(content: str | list[ContentPart] | None, kept: Original | None) -> System:
+    if kept is not None and content == _system_content(kept["system"]):
+        return kept["system"]
     return content if isinstance(content, str) else _blocks_of(content)
 
 
-def _joined(before: Any, value: Any) -> Any:
+def _joined(before: System | None, value: System) -> System:
     if before is None:
         return value
     as_blocks = [_text_block(before)] if isinstance(before, str) else list(before)
     return as_blocks + ([_text_block(value)] if isinstance(value, str) else list(value))
 
 
-def _piece(message: Message, original: dict[str, Any] | None) -> _Piece:
-    if original is not None and "blocks" in original:
-        if _fields(message) == _fields(_converted(original)):
+def _piece(chat: ChatFields, kept: Original | None) -> _Piece:
+    if kept is not None and "blocks" in kept:
+        if chat == chat_fields(_converted(kept)):
             return {
-                "role": original["role"],
-                "blocks": list(original["blocks"]),
-                "template": original["template"],
-                "string": original["string"],
+                "role": kept["role"],
+                "blocks": list(kept["blocks"]),
+                "template": kept["template"],
+                "string": kept["string"],
                 "written": False,
-                "after": original.get("after", []),
+                "after": _after(kept),
                 "before": [],
             }
-        return _rebuilt(message, original)
-    role = message.get("role") or "user"
+        return _rebuilt(chat, kept)
+    role = chat.role or "user"
     wire_role = "user" if role == "tool" else role
-    fresh: dict[str, Any] = {"role": wire_role, "template": {"role": wire_role}}
-    return _rebuilt(message, fresh | {"string": False})
+    fresh: Original = {
+        "role": wire_role,
+        "template": {"role": wire_role},
+        "blocks": [],
+        "string": False,
+    }
+    return _rebuilt(chat, fresh)
 
 
-def _compaction_pieces(head: dict[str, Any], dead: list[WireMessage]) -> list[_Piece]:
+def _after(kept: Original) -> list[WireMessage]:
+    return kept.get("after", [])
+
+
+def _compaction_pieces(head: CompactionOriginal, dead: list[WireMessage]) -> list[_Piece]:
     """The compaction turn as the client sent it, with the results that answer its calls."""
-    message: dict[str, Any] = head["message"]
-    content = message.get("content")
+    message = head["message"]
+    content = message["content"]
     turn: _Piece = {
-        "role": str(message.get("role", "assistant")),
+        "role": message["role"],
         "blocks": list(content) if isinstance(content, list) else [],
         "template": {k: v for k, v in message.items() if k != "content"},
         "string": False,
@@ -253,12 +286,12 @@ def _compaction_pieces(head: dict[str, Any], dead: list[WireMessage]) -> list[_P
         "after": [],
         "before": dead,
     }
-    if not head.get("results"):
+    if not head["results"]:
         return [turn]
     results: _Piece = {
         "role": "user",
         "blocks": list(head["results"]),
-        "template": head.get("results_template") or {"role": "user"},
+        "template": head["results_template"] or {"role": "user"},
         "string": False,
         "written": False,
         "after": [],
@@ -267,78 +300,89 @@ def _compaction_pieces(head: dict[str, Any], dead: list[WireMessage]) -> list[_P
     return [turn, results]
 
 
-def _fields(message: Message) -> list[Any]:
-    fields = cast(dict[str, Any], message)
-    return [fields.get(name) for name in _CHAT_FIELDS]
-
-
-def _rebuilt(message: Message, original: dict[str, Any]) -> _Piece:
-    old: list[dict[str, Any]] = original.get("blocks", [])
-    role = "user" if message.get("role") == "tool" else str(message.get("role") or "user")
-    content = message.get("content")
-    if message.get("role") == "tool":
-        template = next((b for b in old if b.get("type") == "tool_result"), {})
-        result = {**template, "type": "tool_result"}
-        result["tool_use_id"] = message.get("tool_call_id", template.get("tool_use_id", ""))
-        result["content"] = content if isinstance(content, str) else _blocks_of(content)
-        blocks = [result]
+def _rebuilt(chat: ChatFields, kept: Original) -> _Piece:
+    old = kept["blocks"]
+    role = "user" if chat.role == "tool" else str(chat.role or "user")
+    if chat.role == "tool":
+        blocks = [_result_block(chat, old)]
     else:
-        blocks = [b for b in old if b.get("type") in _THINKING]
-        blocks += _blocks_of(content)
-        blocks += _tool_uses(message.get("tool_calls") or [], old)
-    string = isinstance(content, str) and role != "assistant" and message.get("role") != "tool"
+        blocks = [b for b in old if kind(b) in _THINKING]
+        blocks += _blocks_of(chat.content)
+        blocks += _tool_uses(chat.tool_calls or [], old)
+    string = isinstance(chat.content, str) and role != "assistant" and chat.role != "tool"
     return {
         "role": role,
         "blocks": blocks,
-        "template": original.get("template") or {"role": role},
+        "template": kept["template"] or {"role": role},
         "string": string and len(blocks) == 1,
         "written": True,
-        "after": original.get("after", []),
+        "after": _after(kept),
         "before": [],
     }
 
 
-def _text_block(text: str) -> dict[str, Any]:
+def _result_block(chat: ChatFields, old: list[Block]) -> Block:
+    template = next((b for b in old if kind(b) == "tool_result"), Block())
+    result: Block = {**template, "type": "tool_result"}
+    answered = chat.tool_call_id
+    result["tool_use_id"] = answered if answered is not None else template.get("tool_use_id", "")
+    content = chat.content
+    result["content"] = content if isinstance(content, str) else _blocks_of(content)
+    return result
+
+
+def _text_block(text: str) -> Block:
     return {"type": "text", "text": text}
 
 
-def _blocks_of(content: Any) -> list[dict[str, Any]]:
+def _blocks_of(content: str | Sequence[ContentPart] | None) -> list[Block]:
     if isinstance(content, str):
         return [_text_block(content)] if content else []
-    blocks: list[dict[str, Any]] = []
+    blocks: list[Block] = []
     for part in content or []:
         if not isinstance(part, dict):
             continue
-        if "document" in part and part.get("type") == "image":
-            blocks.append(part["document"])
-        elif part.get("type") == "text":
-            if part.get("text"):  # the API rejects empty text blocks
-                blocks.append(dict(part))
+        chat = cast(_ChatPart, part)
+        part_kind = chat.get("type")
+        if "document" in chat and part_kind == "image":
+            blocks.append(chat["document"])
+        elif part_kind == "text":
+            if chat.get("text"):  # the API rejects empty text blocks
+                blocks.append(cast(Block, dict(part)))
         else:
-            blocks.append(part)
+            blocks.append(cast(Block, part))
     return blocks
 
 
-def _tool_uses(calls: Sequence[Any], old: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_id = {b.get("id"): b for b in old if b.get("type") == "tool_use"}
-    out: list[dict[str, Any]] = []
+class _ChatPart(TypedDict, total=False):
+    """A chat content part as the compressor hands it back: the door's own parts hold the
+    block they stand for (`_part`)."""
+
+    type: str
+    text: str
+    document: Block
+
+
+def _tool_uses(calls: Sequence[ToolCall], old: list[Block]) -> list[Block]:
+    by_id = {call_id(b): b for b in old if kind(b) == "tool_use"}
+    out: list[Block] = []
     for call in calls:
         if not isinstance(call, dict):
             continue
-        function = call.get("function") or {}
-        template = by_id.get(call.get("id"), {})
+        function: FunctionCall | dict[str, str] = call.get("function") or {}
+        template = by_id.get(call.get("id"), Block())
         arguments = function.get("arguments")
-        block = {**template, "type": "tool_use", "id": call.get("id", "")}
+        block: Block = {**template, "type": "tool_use", "id": call.get("id", "")}
         block["name"] = function.get("name", template.get("name", ""))
-        if template and arguments == orjson.dumps(template.get("input", {})).decode():
-            block["input"] = template.get("input", {})
+        if template and arguments == orjson.dumps(input_of(template)).decode():
+            block["input"] = input_of(template)
         else:
             block["input"] = _input(arguments)
         out.append(block)
     return out
 
 
-def _input(arguments: Any) -> Any:
+def _input(arguments: object) -> object:
     if not isinstance(arguments, str):
         return arguments if isinstance(arguments, dict) else {}
     try:
@@ -378,13 +422,12 @@ def _message(run: list[_Piece]) -> WireMessage:
     first = run[0]
     message = cast(WireMessage, dict(first["template"]))
     if len(run) == 1 and first["string"]:
-        message["content"] = first["blocks"][0].get("text", "")
+        message["content"] = text_of(first["blocks"][0]) or ""
         return message
     blocks = [b for piece in run for b in piece["blocks"]] or [_text_block(EMPTY_TEXT)]
     if first["role"] == "user":
-        blocks = [b for b in blocks if b.get("type") == "tool_result"] + [
-            b for b in blocks if b.get("type") != "tool_result"
-        ]
+        results, rest = _results_first(blocks)
+        blocks = results + rest
     message["content"] = blocks
     return message
 
@@ -393,38 +436,45 @@ def _repaired(messages: list[WireMessage]) -> list[WireMessage]:
     """Drop calls not answered by the next message and answers to no call of the previous one
     (`role: system` entries among the turns are no message in between)."""
     out = list(messages)
-    turns = [i for i, m in enumerate(out) if m.get("role") != "system"]
+    turns = [i for i, m in enumerate(out) if m["role"] != "system"]
     for pos, index in enumerate(turns):
         message = out[index]
-        blocks = message.get("content")
+        blocks = message["content"]
         if not isinstance(blocks, list):
             continue
-        if message.get("role") == "assistant" and pos + 1 < len(turns):
-            answered = _ids(out[turns[pos + 1]], "tool_result", "tool_use_id")
-            kept = [b for b in blocks if b.get("type") != "tool_use" or b.get("id") in answered]
+        if message["role"] == "assistant" and pos + 1 < len(turns):
+            answered = _answered(out[turns[pos + 1]])
+            kept = [b for b in blocks if kind(b) != "tool_use" or call_id(b) in answered]
             out[index] = _with_blocks(message, kept, REMOVED_CALL_TEXT)
-        elif message.get("role") == "user":
-            asked = _ids(out[turns[pos - 1]], "tool_use", "id") if pos > 0 else set()
-            kept = [
-                b for b in blocks if b.get("type") != "tool_result" or b.get("tool_use_id") in asked
-            ]
+        elif message["role"] == "user":
+            asked = _asked(out[turns[pos - 1]]) if pos > 0 else set()
+            kept = [b for b in blocks if kind(b) != "tool_result" or answers(b) in asked]
             out[index] = _with_blocks(message, kept, REMOVED_RESULT_TEXT)
     return out
 
 
-def _ids(message: WireMessage, kind: str, key: str) -> set[Any]:
-    blocks = message.get("content")
-    if not isinstance(blocks, list) or message.get("role") not in ("user", "assistant"):
+def _asked(message: WireMessage) -> set[str | None]:
+    """The ids of a message's calls."""
+    blocks = message["content"]
+    if not isinstance(blocks, list) or message["role"] not in ("user", "assistant"):
         return set()
-    return {b.get(key) for b in blocks if b.get("type") == kind}
+    return {call_id(b) for b in blocks if kind(b) == "tool_use"}
 
 
-def _with_blocks(message: WireMessage, kept: list[dict[str, Any]], note: str) -> WireMessage:
-    blocks = message.get("content")
+def _answered(message: WireMessage) -> set[str | None]:
+    """The ids of the calls a message's results answer."""
+    blocks = message["content"]
+    if not isinstance(blocks, list) or message["role"] not in ("user", "assistant"):
+        return set()
+    return {answers(b) for b in blocks if kind(b) == "tool_result"}
+
+
+def _with_blocks(message: WireMessage, kept: list[Block], note: str) -> WireMessage:
+    blocks = message["content"]
     if isinstance(blocks, list) and len(kept) == len(blocks):
         return message
-    if not [b for b in kept if b.get("type") not in _THINKING]:
+    if not [b for b in kept if kind(b) not in _THINKING]:
         kept = [*kept, _text_block(note)]
-    changed = cast(WireMessage, dict(message))
+    changed = message.copy()
     changed["content"] = kept
     return changed

@@ -10,32 +10,37 @@ non-system messages (`system_and_3`).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Sequence
 
-from proxy.doors.messages.blocks import WireMessage
+from proxy.doors.messages.wire_types import Block, CacheControl, System, Tool, WireMessage, kind
 
 MAX_BREAKPOINTS = 4
 MESSAGE_BREAKPOINTS = 3  # system_and_3: the last three non-system messages
-EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
+EPHEMERAL: CacheControl = {"type": "ephemeral"}
 # Blocks the API refuses a `cache_control` on.
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 
 
-def breakpoints(system: Any, messages: list[WireMessage], tools: Any) -> int:
+def breakpoints(
+    system: System | None, messages: list[WireMessage], tools: Sequence[Tool] | None
+) -> int:
     """How many `cache_control` markers the request already carries."""
     count = sum(1 for tool in tools or [] if isinstance(tool, dict) and "cache_control" in tool)
     if isinstance(system, list):
         count += sum(1 for block in system if isinstance(block, dict) and "cache_control" in block)
     for message in messages:
-        content = message.get("content")
+        content = message["content"]
         if isinstance(content, list):
             count += sum(1 for block in content if "cache_control" in block)
     return count
 
 
 def place_breakpoints(
-    system: Any, messages: list[WireMessage], tools: Any, last_written: int | None
-) -> tuple[Any, list[WireMessage]]:
+    system: System | None,
+    messages: list[WireMessage],
+    tools: Sequence[Tool] | None,
+    last_written: int | None,
+) -> tuple[System | None, list[WireMessage]]:
     """(`system`, `messages`) with breakpoints added; the inputs are never mutated."""
     used = breakpoints(system, messages, tools)
     out = list(messages)
@@ -50,7 +55,9 @@ def place_breakpoints(
     return system, out
 
 
-def _system_and_3(system: Any, messages: list[WireMessage]) -> tuple[Any, list[WireMessage]]:
+def _system_and_3(
+    system: System | None, messages: list[WireMessage]
+) -> tuple[System | None, list[WireMessage]]:
     left = MAX_BREAKPOINTS
     if isinstance(system, str) and system:
         system = [{"type": "text", "text": system, "cache_control": EPHEMERAL}]
@@ -63,7 +70,7 @@ def _system_and_3(system: Any, messages: list[WireMessage]) -> tuple[Any, list[W
     for index in range(len(messages) - 1, -1, -1):
         if wanted == 0:
             break
-        if messages[index].get("role") == "system":
+        if messages[index]["role"] == "system":
             continue
         marked_message = _mark_message(messages[index], EPHEMERAL)
         if marked_message is not None:
@@ -73,43 +80,41 @@ def _system_and_3(system: Any, messages: list[WireMessage]) -> tuple[Any, list[W
 
 
 def _marked(message: WireMessage) -> bool:
-    content = message.get("content")
+    content = message["content"]
     return isinstance(content, list) and any("cache_control" in block for block in content)
 
 
-def _next_marker(messages: list[WireMessage], after: int) -> dict[str, Any] | None:
+def _next_marker(messages: list[WireMessage], after: int) -> CacheControl | None:
     """The client's first marker after a message: a new one copies its TTL (1h before 5m)."""
     for message in messages[after + 1 :]:
-        content = message.get("content")
+        content = message["content"]
         for block in content if isinstance(content, list) else []:
             marker = block.get("cache_control")
             if isinstance(marker, dict):
-                return cast(dict[str, Any], marker)
+                return marker
     return None
 
 
-def _mark_message(message: WireMessage, marker: dict[str, Any]) -> WireMessage | None:
-    content = message.get("content")
+def _mark_message(message: WireMessage, marker: CacheControl) -> WireMessage | None:
+    content = message["content"]
     if isinstance(content, str):
         if not content:
             return None
-        blocks: list[dict[str, Any]] | None = [
-            {"type": "text", "text": content, "cache_control": marker}
-        ]
+        blocks: list[Block] | None = [{"type": "text", "text": content, "cache_control": marker}]
     else:
-        blocks = _mark_blocks(content or [], marker)
+        blocks = _mark_blocks(content, marker)
     if blocks is None:
         return None
-    changed = cast(WireMessage, dict(message))
+    changed = message.copy()
     changed["content"] = blocks
     return changed
 
 
-def _mark_blocks(blocks: list[Any], marker: dict[str, Any]) -> list[Any] | None:
+def _mark_blocks(blocks: list[Block], marker: CacheControl) -> list[Block] | None:
     """A copy with the last markable block marked; None when no block can carry a marker."""
     for index in range(len(blocks) - 1, -1, -1):
         block = blocks[index]
-        if isinstance(block, dict) and block.get("type") not in _UNMARKABLE:
+        if isinstance(block, dict) and kind(block) not in _UNMARKABLE:
             out = list(blocks)
             out[index] = {**block, "cache_control": marker}
             return out

@@ -22,35 +22,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
-Block = dict[str, Any]
-HEAD = "compaction"  # the key of a head message's original
+from proxy.doors.messages.wire_types import (
+    Block,
+    CompactionOriginal,
+    Template,
+    WireMessage,
+    answers,
+    call_id,
+    content_of,
+    kind,
+    text_of,
+    thinking_of,
+    tool_use,
+)
 
 
-def blocks_of(message: Any) -> list[Block]:
-    content = message.get("content") if isinstance(message, dict) else None
+def blocks_of(message: WireMessage | None) -> list[Block]:
+    content = message["content"] if message is not None else None
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
-def is_compaction(block: Any) -> bool:
-    return (
-        isinstance(block, dict)
-        and block.get("type") == "compaction"
-        and isinstance(block.get("content"), str)
-    )
+def is_compaction(block: Block) -> bool:
+    return kind(block) == "compaction" and isinstance(content_of(block), str)
 
 
-def holds_compaction(message: Any) -> bool:
+def holds_compaction(message: WireMessage) -> bool:
     return any(is_compaction(b) for b in blocks_of(message))
 
 
-def compaction_cut(messages: Sequence[Any]) -> tuple[int, int] | None:
+def compaction_cut(messages: Sequence[WireMessage]) -> tuple[int, int] | None:
     """(message index, block index) of the newest compaction block, or None."""
     for i in range(len(messages) - 1, -1, -1):
-        content = messages[i].get("content") if isinstance(messages[i], dict) else None
+        content = messages[i]["content"]
         if not isinstance(content, list):
             continue
         for j in range(len(content) - 1, -1, -1):
@@ -59,7 +65,7 @@ def compaction_cut(messages: Sequence[Any]) -> tuple[int, int] | None:
     return None
 
 
-def dead_prefix(messages: Any) -> list[Any]:
+def dead_prefix(messages: object) -> list[WireMessage]:
     """The messages before the newest compaction turn (what the provider does not read)."""
     if not isinstance(messages, list):
         return []
@@ -71,22 +77,20 @@ def dead_prefix(messages: Any) -> list[Any]:
 class Head:
     """The compaction turn and what travels with it."""
 
-    message: dict[str, Any]  # the compaction turn, as the client sent it
+    message: WireMessage  # the compaction turn, as the client sent it
     start: int  # the compaction block's index in it (the blocks before it are dead)
     results: list[Block]  # the next message's `tool_result` blocks answering its calls
-    results_template: dict[str, Any] | None  # that message without its content
+    results_template: Template | None  # that message without its content
     rest: list[Block]  # that message's other blocks (a normal message of the conversation)
     end: int  # the index of the first wire message after the head
 
-    def original(self) -> dict[str, Any]:
+    def original(self) -> CompactionOriginal:
         """Plain JSON for the head message's `ORIGINAL`."""
         return {
-            HEAD: {
-                "message": self.message,
-                "results": self.results,
-                "results_template": self.results_template,
-                "end": self.end,
-            }
+            "message": self.message,
+            "results": self.results,
+            "results_template": self.results_template,
+            "end": self.end,
         }
 
     def text(self) -> str:
@@ -95,19 +99,15 @@ class Head:
         return "\n".join(filter(None, (block_text(b) for b in live)))
 
 
-def compaction_head(messages: Sequence[Any], cut: tuple[int, int]) -> Head:
+def compaction_head(messages: Sequence[WireMessage], cut: tuple[int, int]) -> Head:
     index, start = cut
     message = messages[index]
-    calls = {b.get("id") for b in blocks_of(message) if b.get("type") == "tool_use"}
+    calls = {call_id(b) for b in blocks_of(message) if kind(b) == "tool_use"}
     following = messages[index + 1] if index + 1 < len(messages) else None
-    answered = [
-        b
-        for b in blocks_of(following)
-        if b.get("type") == "tool_result" and b.get("tool_use_id") in calls
-    ]
-    if not calls or not answered or not isinstance(following, dict):
+    answered = [b for b in blocks_of(following) if kind(b) == "tool_result" and answers(b) in calls]
+    if not calls or not answered or following is None:
         return Head(message, start, [], None, [], index + 1)
-    template = {k: v for k, v in following.items() if k != "content"}
+    template: Template = {k: v for k, v in following.items() if k != "content"}
     rest = [b for b in blocks_of(following) if not any(b is r for r in answered)]
     return Head(message, start, answered, template, rest, index + 2)
 
@@ -115,20 +115,20 @@ def compaction_head(messages: Sequence[Any], cut: tuple[int, int]) -> Head:
 def block_text(block: Block) -> str:
     """A block's text as the provider reads it (a summary, a call's name and input, a
     result's content, thinking)."""
-    kind = block.get("type")
-    if kind == "compaction":
-        return str(block.get("content") or "")
-    if kind == "tool_use":
-        return f"{block.get('name', '')} {orjson.dumps(block.get('input', {})).decode()}"
-    if kind == "tool_result":
-        content = block.get("content")
-        if isinstance(content, list):
+    block_kind = kind(block)
+    if block_kind == "compaction" or block_kind == "tool_result":
+        content = content_of(block)
+        if block_kind == "tool_result" and isinstance(content, list):
             return "\n".join(block_text(b) for b in content if isinstance(b, dict))
         return str(content or "")
-    if kind == "thinking":
-        return str(block.get("thinking") or "")
-    if kind in ("image", "document"):
-        return f"[{kind}]"  # its payload is not text
-    if isinstance(block.get("text"), str):
-        return str(block["text"])
+    if block_kind == "tool_use":
+        call = tool_use(block)
+        return f"{call.name} {orjson.dumps(call.input).decode()}"
+    if block_kind == "thinking":
+        return str(thinking_of(block) or "")
+    if block_kind in ("image", "document"):
+        return f"[{block_kind}]"  # its payload is not text
+    text = text_of(block)
+    if isinstance(text, str):
+        return text
     return orjson.dumps(block).decode()

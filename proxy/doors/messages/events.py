@@ -8,13 +8,14 @@ is only the uncached tail).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import orjson
 
-from compression import SummaryCall, SummaryCallError, SummaryReply
-from proxy.doors.sse_data import json_object
-from session.ports.door import Usage
+from compression import ContentPart, SummaryCall, SummaryCallError, SummaryReply
+from proxy.doors.messages.wire_types import Answer, AnswerUsage, answer_of, chat_fields, read_event
+from proxy.doors.messages.wire_types import kind as kind_of
+from session.ports.frontdoor import Usage
 
 # The API's error types and the statuses it sends them with.
 ERROR_STATUS = {
@@ -33,35 +34,32 @@ _STATUS_TYPE = {status: kind for kind, status in ERROR_STATUS.items()}
 _PREAMBLE = frozenset({"message_start", "ping"})
 
 
-def usage_of(usage: Any) -> Usage | None:
-    """The prompt and output figures of a Messages `usage` object; None when it has none."""
+def usage_of(answer: Answer | None) -> Usage | None:
+    """The prompt and output figures of a Message's `usage`; None when it has none."""
+    usage = answer.get("usage") if answer is not None else None
     if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
         return None
-    prompt = sum(
-        value
-        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        if isinstance(value := usage.get(key), int)
-    )
-    output = usage.get("output_tokens")
     read, write = (
         value if isinstance(value := usage.get(key), int) else 0
         for key in ("cache_read_input_tokens", "cache_creation_input_tokens")
     )
-    return Usage(prompt, output if isinstance(output, int) else None, read, write)
+    prompt = usage["input_tokens"] + read + write
+    return Usage(prompt, _output_tokens(usage), read, write)
+
+
+def _output_tokens(usage: AnswerUsage | None) -> int | None:
+    output = usage.get("output_tokens") if isinstance(usage, dict) else None
+    return output if isinstance(output, int) else None
 
 
 def answer_usage(answer: bytes) -> Usage | None:
-    data = json_object(answer)
-    return usage_of(data.get("usage")) if data is not None else None
+    return usage_of(answer_of(answer))
 
 
 def event_type(data: bytes) -> str | None:
     """The `type` of an event's data, None for a comment or unreadable data."""
-    if not data.lstrip().startswith(b"{"):
-        return None
-    parsed = json_object(data)
-    kind = parsed.get("type") if parsed is not None else None
-    return kind if isinstance(kind, str) else None
+    event = read_event(data)
+    return event.type if event is not None else None
 
 
 def is_preamble(data: bytes) -> bool:
@@ -72,10 +70,10 @@ def error_status(data: bytes) -> int | None:
     """The HTTP status an `error` event stands for; None for any other event."""
     if b'"error"' not in data:
         return None
-    parsed = json_object(data)
-    if parsed is None or parsed.get("type") != "error":
+    parsed = read_event(data)
+    if parsed is None or parsed.type != "error":
         return None
-    error = parsed.get("error")
+    error = parsed.data.get("error")
     kind = error.get("type") if isinstance(error, dict) else None
     return ERROR_STATUS.get(kind, 500) if isinstance(kind, str) else 500
 
@@ -106,19 +104,18 @@ class MessagesWatch:
         return is_preamble(data)
 
     def inspect(self, data: bytes) -> bool:
-        kind = event_type(data)
-        if kind == "message_start":
-            parsed = json_object(data) or {}
-            message = parsed.get("message")
-            self.usage = usage_of(message.get("usage") if isinstance(message, dict) else None)
-        elif kind == "message_delta" and self.usage is not None:
-            usage = (json_object(data) or {}).get("usage")
-            output = usage.get("output_tokens") if isinstance(usage, dict) else None
-            if isinstance(output, int):
+        event = read_event(data)
+        if event is None:
+            return True
+        if event.type == "message_start":
+            self.usage = usage_of(event.message)
+        elif event.type == "message_delta" and self.usage is not None:
+            output = _output_tokens(event.usage)
+            if output is not None:
                 self.usage = replace(self.usage, completion_tokens=output)
-        elif kind == "message_stop":
+        elif event.type == "message_stop":
             self.finished = True
-        elif kind == "error":
+        elif event.type == "error":
             self.failed = "upstream sent an error event"
             self.finished = True
         return True
@@ -129,39 +126,55 @@ class MessagesWatch:
 
 def summary_body(call: SummaryCall, model: str) -> bytes:
     """A summary call over Messages: the system prompt apart, the rest as user/assistant turns."""
-    system = [m.get("content") for m in call.messages if m.get("role") in ("system", "developer")]
-    turns = [
-        {"role": "assistant" if m.get("role") == "assistant" else "user", "content": m["content"]}
-        for m in call.messages
-        if m.get("role") not in ("system", "developer") and m.get("content")
-    ]
-    body: dict[str, Any] = {
+    system: list[str] = []
+    turns: list[_Turn] = []
+    for message in map(chat_fields, call.messages):
+        role, content = message.role, message.content
+        if role in ("system", "developer"):
+            if isinstance(content, str) and content:
+                system.append(content)
+        elif content:
+            turns.append(
+                {"role": "assistant" if role == "assistant" else "user", "content": content}
+            )
+    body: _SummaryRequest = {
         "model": call.model or model,
         "max_tokens": call.max_tokens,
         "messages": turns or [{"role": "user", "content": "(empty)"}],
         "temperature": 0,
     }
-    texts = [text for text in system if isinstance(text, str) and text]
-    if texts:
-        body["system"] = "\n\n".join(texts)
+    if system:
+        body["system"] = "\n\n".join(system)
     return orjson.dumps(body)
 
 
+class _Turn(TypedDict):
+    role: str
+    content: str | list[ContentPart]
+
+
+class _SummaryRequest(TypedDict):
+    model: str
+    max_tokens: int
+    messages: list[_Turn]
+    temperature: int
+    system: NotRequired[str]
+
+
 def summary_reply(answer: bytes) -> SummaryReply:
-    data = json_object(answer)
+    data = answer_of(answer)
     content = data.get("content") if data is not None else None
-    if not isinstance(content, list):
+    if data is None or not isinstance(content, list):
         raise SummaryCallError("summary model sent an unreadable answer")
     text = "".join(
         str(block.get("text", ""))
         for block in content
-        if isinstance(block, dict) and block.get("type") == "text"
+        if isinstance(block, dict) and kind_of(block) == "text"
     )
-    usage = usage_of(data.get("usage")) if data is not None else None
-    stop = data.get("stop_reason") if data is not None else None
+    usage = usage_of(data)
     return SummaryReply(
         text=text,
-        finish_reason="length" if stop == "max_tokens" else "stop",
+        finish_reason="length" if data.get("stop_reason") == "max_tokens" else "stop",
         prompt_tokens=usage.prompt_tokens if usage else None,
         completion_tokens=usage.completion_tokens if usage else None,
     )

@@ -17,23 +17,37 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
 from compression import ToolSchema
 from proxy.doors import bodies
-from proxy.doors.messages.blocks import WireMessage, to_chat
-from proxy.doors.sse_data import data_of, json_object, with_data
-from session.ports.door import AnswerCalls, ToolCall
+from proxy.doors.messages.blocks import to_chat
+from proxy.doors.messages.wire_types import (
+    Answer,
+    Block,
+    Delta,
+    Event,
+    StreamEvent,
+    Tool,
+    WireMessage,
+    answer_of,
+    kind,
+    read_event,
+    text_of,
+    thinking_of,
+    tool_use,
+)
+from proxy.doors.sse_data import data_of, with_data
+from session.ports.frontdoor import AnswerCalls, ToolCall
 
-Block = dict[str, Any]
 _INDEX = re.compile(rb'"index"\s*:\s*(\d+)')
 _THINKING = frozenset({"thinking", "redacted_thinking"})
 _BLOCK_EVENTS = frozenset({"content_block_start", "content_block_delta", "content_block_stop"})
 
 
-def with_tools(client_tools: Any, tools: Sequence[ToolSchema]) -> list[Any]:
+def with_tools(client_tools: list[Tool] | None, tools: Sequence[ToolSchema]) -> list[Any]:
     """The client's tools, then each of ctxgate's (chat shape) as a Messages tool, unless the
     client already has a tool of that name."""
     return bodies.with_tools(
@@ -47,57 +61,58 @@ def with_tools(client_tools: Any, tools: Sequence[ToolSchema]) -> list[Any]:
     )
 
 
-def calls_tool(block: Any, name: str) -> bool:
-    return isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") == name
+def calls_tool(block: Block | None, name: str) -> bool:
+    return isinstance(block, dict) and kind(block) == "tool_use" and block.get("name") == name
 
 
 # -- a finished answer --------------------------------------------------------------------------
 
 
 def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
-    message = json_object(answer)
-    content = message.get("content") if message is not None else None
-    if not isinstance(content, list):
+    content = _content(answer_of(answer))
+    if content is None:
         return None
     ours = [block for block in content if calls_tool(block, name)]
     if not ours:
         return None
     blocks = [block for block in content if isinstance(block, dict) and _replayed(block, name)]
-    wire = cast(WireMessage, {"role": "assistant", "content": blocks})
+    wire: WireMessage = {"role": "assistant", "content": blocks}
     calls = tuple(
-        ToolCall(
-            id=str(block.get("id", "")),
-            name=name,
-            arguments=orjson.dumps(block.get("input", {})).decode(),
-        )
-        for block in ours
+        ToolCall(id=call.id, name=name, arguments=orjson.dumps(call.input).decode())
+        for call in map(tool_use, ours)
     )
     return AnswerCalls(message=to_chat(None, [wire], compactions=False)[0], calls=calls)
 
 
+def _content(message: Answer | None) -> list[Block] | None:
+    content = message.get("content") if message is not None else None
+    return content if isinstance(content, list) else None
+
+
 def _replayed(block: Block, name: str) -> bool:
-    if block.get("type") == "tool_use":
+    block_kind = kind(block)
+    if block_kind == "tool_use":
         return calls_tool(block, name)
     # The API refuses an empty text block in a request.
-    return not (block.get("type") == "text" and not block.get("text"))
+    return not (block_kind == "text" and not text_of(block))
 
 
 def without_calls(answer: bytes, name: str) -> bytes:
-    message = json_object(answer)
-    content = message.get("content") if message is not None else None
-    if message is None or not isinstance(content, list):
+    message = answer_of(answer)
+    content = _content(message)
+    if message is None or content is None:
         return answer
     kept = [block for block in content if not calls_tool(block, name)]
     if len(kept) == len(content):
         return answer
-    changed = {**message, "content": kept}
+    changed: Answer = {**message, "content": kept}
     if message.get("stop_reason") == "tool_use" and not any(_is_call(b) for b in kept):
         changed["stop_reason"] = "end_turn"
     return orjson.dumps(changed)
 
 
-def _is_call(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("type") == "tool_use"
+def _is_call(block: Block | None) -> bool:
+    return isinstance(block, dict) and kind(block) == "tool_use"
 
 
 # -- streams ------------------------------------------------------------------------------------
@@ -110,64 +125,63 @@ class MessagesAnswerStream:
     def __init__(self, name: str) -> None:
         self.decided: str | None = None
         self._name = name
-        self._message: dict[str, Any] = {}
+        self._message: dict[str, object] = {}  # a Message, as its events add it up
         self._blocks: dict[int, Block] = {}
         self._json: dict[int, list[str]] = {}
 
     def feed(self, data: bytes) -> None:
-        event = json_object(data)
-        kind = event.get("type") if event is not None else None
-        if event is None or not isinstance(kind, str):
+        event = read_event(data)
+        if event is None:
             return
-        if kind == "message_start" and isinstance(event.get("message"), dict):
-            self._message = dict(event["message"])
-        elif kind == "message_delta":
+        if event.type == "message_start" and event.message is not None:
+            self._message = dict(event.message)
+        elif event.type == "message_delta":
             self._delta(event)
-        elif kind in _BLOCK_EVENTS and isinstance(event.get("index"), int):
-            self._block_event(kind, event["index"], event)
+        elif event.type in _BLOCK_EVENTS and event.block_index is not None:
+            self._block_event(event, event.block_index)
 
-    def _delta(self, event: dict[str, Any]) -> None:
-        delta = event.get("delta")
-        if isinstance(delta, dict):
-            self._message.update(delta)
-        usage = event.get("usage")
-        if isinstance(usage, dict):
+    def _delta(self, event: StreamEvent) -> None:
+        if event.delta is not None:
+            self._message.update(event.delta)
+        if event.usage is not None:
             before = self._message.get("usage")
-            self._message["usage"] = {**(before if isinstance(before, dict) else {}), **usage}
+            self._message["usage"] = {**(before if isinstance(before, dict) else {}), **event.usage}
 
-    def _block_event(self, kind: str, index: int, event: dict[str, Any]) -> None:
-        if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
-            started: Block = dict(event["content_block"])
+    def _block_event(self, event: StreamEvent, index: int) -> None:
+        if event.type == "content_block_start" and event.content_block is not None:
+            started = event.content_block.copy()
             self._blocks[index] = started
-            if self.decided is None and started.get("type") not in _THINKING:
+            if self.decided is None and kind(started) not in _THINKING:
                 self.decided = "recall" if calls_tool(started, self._name) else "answer"
             return
         block = self._blocks.get(index)
         if block is None:
             return
-        if kind == "content_block_stop":
+        if event.type == "content_block_stop":
             pieces = self._json.pop(index, None)
             if pieces is not None:
                 text = "".join(pieces)
                 block["input"] = _loads_input(text) if text.strip() else {}
-        elif isinstance(event.get("delta"), dict):
-            self._apply(index, block, event["delta"])
+        elif event.delta is not None:
+            self._apply(index, block, event.delta)
 
-    def _apply(self, index: int, block: Block, delta: dict[str, Any]) -> None:
-        kind = delta.get("type")
-        if kind == "text_delta":
-            block["text"] = str(block.get("text") or "") + str(delta.get("text") or "")
-        elif kind == "thinking_delta":
-            block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking") or "")
-        elif kind == "signature_delta":
+    def _apply(self, index: int, block: Block, delta: Delta) -> None:
+        delta_kind = delta.get("type")
+        if delta_kind == "text_delta":
+            block["text"] = str(text_of(block) or "") + str(delta.get("text") or "")
+        elif delta_kind == "thinking_delta":
+            block["thinking"] = str(thinking_of(block) or "") + str(delta.get("thinking") or "")
+        elif delta_kind == "signature_delta":
             block["signature"] = delta.get("signature", "")
-        elif kind == "input_json_delta":
+        elif delta_kind == "input_json_delta":
             self._json.setdefault(index, []).append(str(delta.get("partial_json") or ""))
-        elif kind == "citations_delta" and isinstance(delta.get("citation"), dict):
-            block["citations"] = [*(block.get("citations") or []), delta["citation"]]
+        elif delta_kind == "citations_delta" and isinstance(
+            citation := delta.get("citation"), dict
+        ):
+            block["citations"] = [*(block.get("citations") or []), citation]
 
     def answer(self) -> bytes:
-        message = dict(self._message)
+        message = self._message.copy()
         message["content"] = [self._blocks[index] for index in sorted(self._blocks)]
         return orjson.dumps(message)
 
@@ -203,26 +217,30 @@ class MessagesCallFilter:
             return event
         # Only block starts and the message delta are parsed; a delta is renumbered in its bytes.
         if b"content_block_start" in event or b"message_delta" in event:
-            parsed = json_object(data_of(event)) or {}
-            kind = parsed.get("type")
-            if kind == "message_delta":
+            parsed = read_event(data_of(event))
+            if parsed is not None and parsed.type == "message_delta":
                 return self._stop(event, parsed)
-            block, index = parsed.get("content_block"), parsed.get("index")
-            if kind == "content_block_start" and isinstance(index, int):
-                if calls_tool(block, self._name):
-                    self._hidden = sorted({*self._hidden, index})
-                    return None
-                self._client_calls = self._client_calls or _is_call(block)
-                return self._renumbered(event, parsed)
+            if parsed is not None and parsed.type == "content_block_start":
+                if parsed.block_index is not None:
+                    return self._started(event, parsed, parsed.block_index)
         return self._renumbered(event)
 
-    def _renumbered(self, event: bytes, parsed: dict[str, Any] | None = None) -> bytes | None:
+    def _started(self, event: bytes, parsed: StreamEvent, index: int) -> bytes | None:
+        if calls_tool(parsed.content_block, self._name):
+            self._hidden = sorted({*self._hidden, index})
+            return None
+        self._client_calls = self._client_calls or _is_call(parsed.content_block)
+        return self._renumbered(event, parsed.data, index)
+
+    def _renumbered(
+        self, event: bytes, parsed: Event | None = None, at: int | None = None
+    ) -> bytes | None:
         # The first `"index"` is the event's own: Anthropic writes it before the block or
         # delta, and one inside a string would have its quotes escaped. A parsed event is
         # checked against that and re-serialised when its writer put the index after the block.
         found = _INDEX.search(event)
-        index = parsed.get("index") if parsed is not None else None
-        if not isinstance(index, int):
+        index = at
+        if index is None:
             if found is None:
                 return event
             index = int(found.group(1))
@@ -235,11 +253,11 @@ class MessagesCallFilter:
             return event[: found.start(1)] + str(index - shift).encode() + event[found.end(1) :]
         return with_data(event, orjson.dumps({**(parsed or {}), "index": index - shift}))
 
-    def _stop(self, event: bytes, parsed: dict[str, Any]) -> bytes:
-        delta = parsed.get("delta")
-        if not self._hidden or self._client_calls or not isinstance(delta, dict):
+    def _stop(self, event: bytes, parsed: StreamEvent) -> bytes:
+        delta = parsed.delta
+        if not self._hidden or self._client_calls or delta is None:
             return event
         if delta.get("stop_reason") != "tool_use":
             return event
-        changed = {**parsed, "delta": {**delta, "stop_reason": "end_turn"}}
+        changed: Event = {**parsed.data, "delta": {**delta, "stop_reason": "end_turn"}}
         return with_data(event, orjson.dumps(changed))

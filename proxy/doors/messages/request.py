@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
 from compression import Message, ToolSchema
 from proxy.doors.bodies import json_object
 from proxy.doors.grown_bodies import GrownBodies
-from proxy.doors.messages.blocks import WireMessage, from_wire, to_chat
-from proxy.doors.messages.compaction_blocks import HEAD, holds_compaction
+from proxy.doors.messages.blocks import from_wire, to_chat
+from proxy.doors.messages.compaction_blocks import holds_compaction
+from proxy.doors.messages.wire_types import (
+    Metadata,
+    System,
+    Tool,
+    WireMessage,
+    original,
+)
 from session.errors import BadRequest
-from session.ports.door import original_of
 
 _ROLES = frozenset({"user", "assistant", "system"})
 # Older Claude Code versions: "user_<hash>_account_<uuid>_session_<uuid>".
@@ -76,37 +82,38 @@ def _read(body: dict[str, Any], known: int, converted: list[Message] | None) -> 
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise BadRequest("tools: Input should be a valid list.", param="tools")
+    # Checked: from here on the body is what `RequestBody` says.
     return MessagesBody(
         body=body,
         model=model,
         messages=_chat_messages(system, messages, known, converted),
         stream=stream,
         max_tokens=_max_tokens(body.get("max_tokens")),
-        tools=cast(list[ToolSchema] | None, tools_as_chat(tools)),
+        tools=tools_as_chat(tools),
         session_hint=session_hint(body.get("metadata")),
     )
 
 
 def _chat_messages(
-    system: Any, messages: list[Any], known: int, converted: list[Message] | None
+    system: System | None, messages: list[WireMessage], known: int, converted: list[Message] | None
 ) -> list[Message]:
-    added = cast(list[WireMessage], messages[known:])
+    added = messages[known:]
     if converted is not None and not _converted_anew(converted, added, known):
         return [*converted, *(m for message in added for m in from_wire(message))]
     blocks = [b for b in system if isinstance(b, dict)] if isinstance(system, list) else system
-    return to_chat(blocks, cast(list[WireMessage], messages))
+    return to_chat(blocks, messages)
 
 
 def _converted_anew(converted: list[Message], added: list[WireMessage], known: int) -> bool:
     """Whether added messages change how the kept ones convert. Each wire message converts on
     its own, but one with role "system" joins the message before it; a new compaction block
     moves the cut; and the results answering a compaction turn's calls join its head."""
-    if any(m.get("role") == "system" or holds_compaction(m) for m in added):
+    if any(m["role"] == "system" or holds_compaction(m) for m in added):
         return True
     for message in converted[:2]:
-        head = (original_of(message) or {}).get(HEAD)
-        if isinstance(head, dict):
-            return bool(added) and head.get("end", 0) >= known
+        kept = original(message)
+        if kept is not None and "compaction" in kept:
+            return bool(added) and kept["compaction"]["end"] >= known
     return False
 
 
@@ -128,7 +135,7 @@ def _check_message(index: int, message: Any) -> None:
         )
 
 
-def _max_tokens(value: Any) -> int | None:
+def _max_tokens(value: object) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -138,7 +145,7 @@ def _max_tokens(value: Any) -> int | None:
     return value
 
 
-def session_hint(metadata: Any) -> str | None:
+def session_hint(metadata: Metadata | None) -> str | None:
     """The session id Claude Code puts in `metadata.user_id` (a JSON string, or the older
     `user_…_session_<uuid>` form)."""
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
@@ -155,11 +162,11 @@ def session_hint(metadata: Any) -> str | None:
     return match.group(1)[:_MAX_ID] if match else None
 
 
-def tools_as_chat(tools: Any) -> list[dict[str, Any]] | None:
+def tools_as_chat(tools: list[Tool] | None) -> list[ToolSchema] | None:
     """Anthropic tool definitions in chat shape, for counting their tokens."""
     if not isinstance(tools, list):
         return None
-    out: list[dict[str, Any]] = []
+    out: list[ToolSchema] = []
     for tool in tools:
         if not isinstance(tool, dict):
             continue

@@ -25,7 +25,7 @@ without its ids as JSON arguments). Outputs pair by `call_id` (else `id`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -34,17 +34,23 @@ import orjson
 from compression import Message, ToolCall
 from proxy.doors.responses.compaction_items import HEAD, compaction_cut, head_text
 from proxy.doors.responses.parts import chat_content
-from session.ports.door import ORIGINAL
+from proxy.doors.sse_data import text_at
+from session.ports.frontdoor import ORIGINAL, with_original
 
-Item = dict[str, Any]
 INSTRUCTIONS_MARK: dict[str, str] = {"body_field": "instructions"}
 CHAT_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 _ITEM_ROLES = frozenset({"user", "assistant", "system", "developer"})
 _CALL_ID_KEYS = frozenset({"type", "id", "call_id", "status"})
+# Where a call item keeps its arguments (another call's arguments are the item itself).
+ARGUMENTS_FIELD = {"function_call": "arguments", "custom_tool_call": "input"}
 
 
 def item_kind(item: Any) -> str:
-    """message | reasoning | call | output | turn (a server-side tool item) | opaque."""
+    """message | reasoning | call | output | turn (a server-side tool item) | opaque.
+
+    The one reader of an item's `type`: a message has a `role` of `_ITEM_ROLES`, a call a
+    string `call_id`, an output a key (`output_key`), so code given an item of that kind
+    reads those as they are."""
     if not isinstance(item, dict):
         return "opaque"
     kind = item.get("type")
@@ -61,7 +67,7 @@ def item_kind(item: Any) -> str:
     return "opaque"
 
 
-def output_key(item: Item) -> str | None:
+def output_key(item: Mapping[str, object]) -> str | None:
     for key in ("call_id", "id"):
         value = item.get(key)
         if isinstance(value, str) and value:
@@ -106,7 +112,7 @@ def regroup(start: Grouped, items: Sequence[Any]) -> Grouped:
             groups.append([item])
             pending.discard(output_key(item))
             turn_open = False
-        elif kind == "message" and item.get("role") != "assistant":
+        elif kind == "message" and item["role"] != "assistant":
             groups.append([item])
             pending.clear()
             turn_open = False
@@ -139,15 +145,16 @@ def group_message(items: Sequence[Any]) -> Message:
             "tool_call_id": output_key(lead) or "",
             "content": chat_content(lead.get("output")),
         }
-    if kind == "message" and lead.get("role") != "assistant":
-        role = "developer" if lead.get("role") == "system" else lead["role"]
+    role = lead["role"] if kind == "message" else "assistant"
+    if role != "assistant":
+        role = "developer" if role == "system" else role
         return cast(Message, {"role": role, "content": chat_content(lead.get("content"))})
     return _turn_message(items)
 
 
 def _opaque_message(item: Any) -> Message:
-    role = item.get("role") if isinstance(item, dict) else None
-    kind = item.get("type") if isinstance(item, dict) else None
+    role = text_at(item, "role") if isinstance(item, dict) else None
+    kind = text_at(item, "type") if isinstance(item, dict) else None
     return cast(
         Message,
         {
@@ -165,13 +172,13 @@ def _turn_message(items: Sequence[Any]) -> Message:
     texts = [
         chat_content(item.get("content"))
         for item in items
-        if item_kind(item) == "message" and item.get("role") == "assistant"
+        if item_kind(item) == "message" and item["role"] == "assistant"
     ]
     calls = [to_tool_call(item) for item in items if item_kind(item) == "call"]
-    message: dict[str, Any] = {"role": "assistant", "content": _joined(texts)}
+    message: Message = {"role": "assistant", "content": _joined(texts)}
     if calls:
         message["tool_calls"] = calls
-    return cast(Message, message)
+    return message
 
 
 def _joined(texts: list[Any]) -> Any:
@@ -188,22 +195,24 @@ def _joined(texts: list[Any]) -> Any:
     return parts
 
 
-def to_tool_call(item: Item) -> ToolCall:
-    kind = item.get("type")
-    if kind == "function_call":
-        name, arguments = item.get("name"), item.get("arguments")
-    elif kind == "custom_tool_call":
-        name, arguments = item.get("name"), item.get("input")
+def to_tool_call(item: Mapping[str, Any]) -> ToolCall:
+    """The chat tool call of a call item (see `item_kind`)."""
+    kind: str = item["type"]
+    field = ARGUMENTS_FIELD.get(kind)
+    name: str | None = kind
+    if field is None:
+        arguments: object = {k: v for k, v in item.items() if k not in _CALL_ID_KEYS}
     else:
-        name = kind
-        rest = {k: v for k, v in item.items() if k not in _CALL_ID_KEYS}
-        arguments = orjson.dumps(rest).decode()
-    if not isinstance(arguments, str):
-        arguments = orjson.dumps(arguments).decode()
+        name, arguments = text_at(item, "name"), item.get(field)
     return {
         "id": item["call_id"],
         "type": "function",
-        "function": {"name": name if isinstance(name, str) else str(kind), "arguments": arguments},
+        "function": {
+            "name": kind if name is None else name,
+            "arguments": arguments
+            if isinstance(arguments, str)
+            else orjson.dumps(arguments).decode(),
+        },
     }
 
 
@@ -219,13 +228,11 @@ def converted(
     messages), the groups it left as they were keep their messages."""
     messages: list[Message] = []
     if instructions:
-        head: dict[str, Any] = {"role": "system", "content": instructions}
-        head[ORIGINAL] = dict(INSTRUCTIONS_MARK)
-        messages.append(cast(Message, head))
+        head: Message = {"role": "system", "content": instructions}
+        messages.append(with_original(head, dict(INSTRUCTIONS_MARK)))
     if grouped.head:
-        compacted: dict[str, Any] = {"role": "system", "content": head_text(grouped.head)}
-        compacted[ORIGINAL] = {HEAD: list(grouped.head)}
-        messages.append(cast(Message, compacted))
+        compacted: Message = {"role": "system", "content": head_text(grouped.head)}
+        messages.append(with_original(compacted, {HEAD: list(grouped.head)}))
     reused = 0
     if before is not None:
         earlier, earlier_messages = before
@@ -234,8 +241,7 @@ def converted(
             reused += 1
         messages.extend(earlier_messages[offset : offset + reused])
     for group in grouped.groups[reused:]:
-        message: dict[str, Any] = dict(group_message(group))
-        message[ORIGINAL] = list(group)
+        message: dict[str, object] = {**group_message(group), ORIGINAL: list(group)}
         messages.append(cast(Message, message))
     return messages
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Any, cast
 
 from compression import ContentPart
-from session.ports.door import ORIGINAL
+from proxy.doors.responses.wire_shapes import Item
+from proxy.doors.sse_data import text_at
+from session.ports.frontdoor import ORIGINAL
 
 TEXT_TYPES = frozenset({"input_text", "output_text", "text"})
 KEPT_TYPES = frozenset({"input_image", "refusal"})
@@ -41,9 +43,8 @@ def chat_content(content: Any) -> ChatContent:
 def chat_part(part: Any) -> ContentPart:
     if not isinstance(part, dict):
         return cast(ContentPart, {"type": "image", ORIGINAL: part})
-    kind = part.get("type")
-    text = part.get("text")
-    if kind in TEXT_TYPES and isinstance(text, str):
+    kind, text = text_at(part, "type"), text_at(part, "text")
+    if kind in TEXT_TYPES and text is not None:
         if len(part) == 2:
             return {"type": "text", "text": text}
         return cast(ContentPart, {"type": "text", "text": text, ORIGINAL: part})
@@ -70,8 +71,7 @@ def wire_part(part: Any, role: str | None) -> Any:
     if not isinstance(part, dict):
         return part
     original = part.get(ORIGINAL)
-    kind = part.get("type")
-    if kind == "text":
+    if part.get("type") == "text":
         text = part.get("text")
         if isinstance(original, dict):
             return original if original.get("text") == text else {**original, "text": text}
@@ -81,6 +81,6 @@ def wire_part(part: Any, role: str | None) -> Any:
     return part
 
 
-def fresh_text(role: str, text: str) -> dict[str, Any]:
+def fresh_text(role: str, text: str) -> Item:
     """A new message item holding one text part."""
     return {"type": "message", "role": role, "content": [{"type": text_type(role), "text": text}]}

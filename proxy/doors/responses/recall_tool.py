@@ -19,8 +19,8 @@ reasoning item with it keeps its id, which the encrypted content is bound to.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, cast
 
 import orjson
 
@@ -29,10 +29,10 @@ from proxy.doors import bodies
 from proxy.doors.responses.items import group_message, item_kind
 from proxy.doors.responses.stream import event_type
 from proxy.doors.responses.wire import request_body
-from proxy.doors.sse_data import data_of, json_object, with_data
-from session.ports.door import ORIGINAL, AnswerCalls, ToolCall, WireRequest
+from proxy.doors.responses.wire_shapes import FunctionTool, Item, Response
+from proxy.doors.sse_data import count_at, data_of, json_object, text_at, with_data
+from session.ports.frontdoor import ORIGINAL, AnswerCalls, ToolCall, WireRequest
 
-Item = dict[str, Any]
 LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"})
 ENDS = frozenset({"response.completed", "response.done", "response.incomplete", "response.failed"})
 ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
@@ -58,34 +58,36 @@ def render_request(
 def with_tools(client_tools: Any, tools: Sequence[ToolSchema]) -> list[Any]:
     """The client's tools, then each of ctxgate's (chat shape) as a Responses function tool,
     unless the client already has a tool of that name."""
-    return bodies.with_tools(
-        client_tools,
-        tools,
-        lambda name, description, schema: {
-            "type": "function",
-            "name": name,
-            "description": description,
-            "parameters": schema,
-        },
-    )
+    return bodies.with_tools(client_tools, tools, _function_tool)
+
+
+def _function_tool(name: Any, description: str, schema: Any) -> FunctionTool:
+    return {"type": "function", "name": name, "description": description, "parameters": schema}
 
 
 # -- a finished answer --------------------------------------------------------------------------
 
 
 def calls_tool(item: Any, name: str) -> bool:
+    """Whether `item` is a `function_call` item calling `name` (with its `call_id`)."""
     return (
         isinstance(item, dict)
-        and item.get("type") == "function_call"
-        and item.get("name") == name
-        and isinstance(item.get("call_id"), str)
+        and text_at(item, "type") == "function_call"
+        and text_at(item, "name") == name
+        and text_at(item, "call_id") is not None
     )
+
+
+def output_of(response: object) -> list[Any] | None:
+    """A `Response`'s `output` items, when it is an object that has them."""
+    output = response.get("output") if isinstance(response, dict) else None
+    return output if isinstance(output, list) else None
 
 
 def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
     response = json_object(answer)
-    output = response.get("output") if response is not None else None
-    if response is None or not isinstance(output, list):
+    output = output_of(response)
+    if response is None or output is None:
         return None
     ours = [item for item in output if calls_tool(item, name)]
     if not ours:
@@ -96,8 +98,7 @@ def tool_calls(answer: bytes, name: str) -> AnswerCalls | None:
         for item in _kept(output, name)
         if (replayed := _replayed(item, stateless)) is not None
     ]
-    message = cast(dict[str, Any], dict(group_message(items)))
-    message[ORIGINAL] = items
+    message: dict[str, object] = {**group_message(items), ORIGINAL: items}
     calls = tuple(
         ToolCall(id=item["call_id"], name=name, arguments=_text(item.get("arguments")))
         for item in ours
@@ -125,9 +126,10 @@ def _kept(output: list[Any], name: str) -> list[Any]:
 def _replayed(item: Any, stateless: bool) -> Any:
     if not stateless or not isinstance(item, dict):
         return item
-    if item.get("type") == "reasoning":
+    kind = item.get("type")
+    if kind == "reasoning":
         return item if item.get("encrypted_content") else None
-    if item.get("type") in _ID_FREE and "id" in item:
+    if kind in _ID_FREE and "id" in item:
         return {key: value for key, value in item.items() if key != "id"}
     return item
 
@@ -138,8 +140,8 @@ def _text(value: Any) -> str:
 
 def without_calls(answer: bytes, name: str) -> bytes:
     response = json_object(answer)
-    output = response.get("output") if response is not None else None
-    if response is None or not isinstance(output, list):
+    output = output_of(response)
+    if response is None or output is None:
         return answer
     kept = [item for item in output if not calls_tool(item, name)]
     if len(kept) == len(output):
@@ -150,6 +152,28 @@ def without_calls(answer: bytes, name: str) -> bytes:
 # -- streams ------------------------------------------------------------------------------------
 
 
+class ItemRead(NamedTuple):
+    """An `ItemEvent`'s output index and item, when both are of their documented types."""
+
+    output_index: int
+    item: Item
+
+    @classmethod
+    def of(cls, event: Mapping[str, object] | None) -> ItemRead | None:
+        if event is None:
+            return None
+        index, item = count_at(event, "output_index"), event.get("item")
+        if index is None or not isinstance(item, dict):
+            return None
+        return cls(index, cast(Item, item))
+
+
+def response_of(event: Mapping[str, object] | None) -> Response | None:
+    """A `ResponseEvent`'s `response`, when it is an object."""
+    response = event.get("response") if event is not None else None
+    return cast(Response, response) if isinstance(response, dict) else None
+
+
 class ResponsesAnswerStream:
     """The answer a Responses stream stands for: the `response` of its last lifecycle event
     (`response.completed`), its output filled in from `output_item.done` events when the
@@ -158,7 +182,7 @@ class ResponsesAnswerStream:
     def __init__(self, name: str) -> None:
         self.decided: str | None = None
         self._name = name
-        self._response: dict[str, Any] = {}
+        self._response: Response = {}
         self._items: dict[int, Item] = {}
         self._finished = False
 
@@ -167,28 +191,25 @@ class ResponsesAnswerStream:
         if kind not in LIFECYCLE and kind not in ENDS and kind not in ITEM_EVENTS:
             return
         event = json_object(data)
-        if event is None:
-            return
         if kind in ITEM_EVENTS:
-            self._item_event(kind, event)
+            read = ItemRead.of(event)
+            if read is not None:
+                self._item_event(kind, read)
             return
-        response = event.get("response")
-        if isinstance(response, dict) and not self._finished:
+        response = response_of(event)
+        if response is not None and not self._finished:
             self._response = response
             self._finished = kind in ENDS
 
-    def _item_event(self, kind: str | None, event: dict[str, Any]) -> None:
-        item, index = event.get("item"), event.get("output_index")
-        if not isinstance(item, dict) or not isinstance(index, int):
-            return
-        if self.decided is None and item.get("type") != "reasoning":
-            self.decided = "recall" if calls_tool(item, self._name) else "answer"
+    def _item_event(self, kind: str | None, read: ItemRead) -> None:
+        if self.decided is None and item_kind(read.item) != "reasoning":
+            self.decided = "recall" if calls_tool(read.item, self._name) else "answer"
         if kind == "response.output_item.done":
-            self._items[index] = item
+            self._items[read.output_index] = read.item
 
     def answer(self) -> bytes:
         response = dict(self._response)
-        if not response.get("output") and self._items:
+        if not output_of(response) and self._items:
             response["output"] = [self._items[index] for index in sorted(self._items)]
         return orjson.dumps(response)
 
@@ -218,11 +239,10 @@ class ResponsesCallFilter:
             kind = event_type(data)
             if kind in LIFECYCLE or kind in ENDS:
                 return self._lifecycle(event, data)
-            parsed = (json_object(data) or {}) if kind in ITEM_EVENTS else {}
-            index = parsed.get("output_index")
-            if calls_tool(parsed.get("item"), self._name) and isinstance(index, int):
-                if index not in self._hidden:
-                    self._hidden = sorted([*self._hidden, index])
+            read = ItemRead.of(json_object(data)) if kind in ITEM_EVENTS else None
+            if read is not None and calls_tool(read.item, self._name):
+                if read.output_index not in self._hidden:
+                    self._hidden = sorted([*self._hidden, read.output_index])
                 return None
         return self._renumbered(event)
 
@@ -242,9 +262,9 @@ class ResponsesCallFilter:
 
     def _lifecycle(self, event: bytes, data: bytes) -> bytes:
         parsed = json_object(data)
-        response = parsed.get("response") if parsed is not None else None
-        output = response.get("output") if isinstance(response, dict) else None
-        if parsed is None or not isinstance(response, dict) or not isinstance(output, list):
+        response = response_of(parsed)
+        output = output_of(response)
+        if parsed is None or response is None or output is None:
             return event
         kept = [item for item in output if not calls_tool(item, self._name)]
         if len(kept) == len(output):

@@ -14,19 +14,58 @@ that item), as the client sent them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-from compression import Message, content_text
+from compression import Message, ToolCall, content_text
 from proxy.doors.responses.compaction_items import HEAD
-from proxy.doors.responses.items import (
-    Item,
-    item_kind,
-    opaque_placeholder,
-    unchanged,
-)
+from proxy.doors.responses.items import ARGUMENTS_FIELD, item_kind, opaque_placeholder, unchanged
 from proxy.doors.responses.parts import fresh_text, wire_content
-from session.ports.door import ORIGINAL
+from proxy.doors.responses.wire_shapes import Item
+from proxy.doors.sse_data import text_at
+from session.ports.frontdoor import ORIGINAL
+
+
+class _Said(NamedTuple):
+    """What a view message says: its chat fields, read once."""
+
+    role: str | None
+    content: Any
+    calls: list[ToolCall]
+    call_id: Any  # a tool message's `tool_call_id`, as it came
+
+    @classmethod
+    def of(cls, message: Message) -> _Said:
+        return cls(
+            message.get("role"),
+            message.get("content"),
+            message.get("tool_calls") or [],
+            message.get("tool_call_id"),
+        )
+
+
+class _Call(NamedTuple):
+    """A chat tool call of a view message: its fields as they came (None where absent)."""
+
+    id: Any
+    name: Any
+    arguments: Any
+
+    @classmethod
+    def of(cls, call: ToolCall) -> _Call:
+        call_id, function = call.get("id"), call.get("function")
+        if not isinstance(function, dict):
+            return cls(call_id, None, None)
+        return cls(call_id, function.get("name"), function.get("arguments"))
+
+    def item(self) -> Item:
+        """The call as a new `function_call` item."""
+        return {
+            "type": "function_call",
+            "call_id": self.id,
+            "name": self.name,
+            "arguments": self.arguments,
+        }
 
 
 def to_items(view: Sequence[Message], known: Iterable[Message] = ()) -> list[Any]:
@@ -49,36 +88,17 @@ def to_items(view: Sequence[Message], known: Iterable[Message] = ()) -> list[Any
 
 def fresh_items(message: Message) -> list[Item]:
     """Items for a message ctxgate wrote itself (the summary)."""
-    role = str(message.get("role") or "user")
+    said = _Said.of(message)
+    role = str(said.role or "user")
     if role == "tool":
-        output = wire_content(message.get("content"), "tool", None)
-        return [
-            {
-                "type": "function_call_output",
-                "call_id": message.get("tool_call_id"),
-                "output": output,
-            }
-        ]
+        output = wire_content(said.content, "tool", None)
+        return [{"type": "function_call_output", "call_id": said.call_id, "output": output}]
     items: list[Item] = []
-    content = message.get("content")
-    if content:
+    if said.content:
         items.append(
-            {
-                "type": "message",
-                "role": role,
-                "content": wire_content(content, role, []),
-            }
+            {"type": "message", "role": role, "content": wire_content(said.content, role, [])}
         )
-    for call in message.get("tool_calls") or []:
-        function: dict[str, Any] = dict(call.get("function") or {})
-        items.append(
-            {
-                "type": "function_call",
-                "call_id": call.get("id"),
-                "name": function.get("name"),
-                "arguments": function.get("arguments"),
-            }
-        )
+    items.extend(_Call.of(call).item() for call in said.calls)
     return items or [fresh_text(role, content_text(message))]
 
 
@@ -90,24 +110,24 @@ def rebuilt(message: Message, original: Sequence[Any]) -> list[Any]:
     if kind == "output":
         output = wire_content(message.get("content"), "tool", lead.get("output"))
         return [{**lead, "output": output} if item is lead else item for item in original]
-    if kind == "message" and lead.get("role") != "assistant":
-        content = wire_content(message.get("content"), lead.get("role"), lead.get("content"))
+    if kind == "message" and lead["role"] != "assistant":
+        content = wire_content(message.get("content"), lead["role"], lead.get("content"))
         return [{**lead, "content": content} if item is lead else item for item in original]
-    return _turn_rebuilt(message, original)
+    return _turn_rebuilt(_Said.of(message), original)
 
 
 def _opaque_rebuilt(message: Message, original: Sequence[Any]) -> list[Any]:
     """A summary merged into an opaque item's stand-in: the text goes before the item."""
-    placeholder = opaque_placeholder(original[0].get("type") if original else None)
+    first = original[0] if original else None
+    placeholder = opaque_placeholder(text_at(first, "type") if isinstance(first, dict) else None)
     text = content_text(message).removesuffix(placeholder).strip()
-    role = str(message.get("role") or "user")
+    role = str(_Said.of(message).role or "user")
     return [fresh_text(role, text), *original] if text else list(original)
 
 
-def _turn_rebuilt(message: Message, original: Sequence[Any]) -> list[Any]:
-    calls = {call.get("id"): call for call in message.get("tool_calls") or []}
-    content = message.get("content")
-    text = _turn_text(content, original)
+def _turn_rebuilt(said: _Said, original: Sequence[Any]) -> list[Any]:
+    calls = {call.id: call for call in map(_Call.of, said.calls)}
+    text = _turn_text(said.content, original)
     out: list[Any] = []
     placed = False
     for item in original:
@@ -117,7 +137,7 @@ def _turn_rebuilt(message: Message, original: Sequence[Any]) -> list[Any]:
                 out.append(text)
             placed = True
         elif kind == "call":
-            call = calls.pop(item.get("call_id"), None)
+            call = calls.pop(item["call_id"], None)
             if call is None:
                 continue  # dropped with its output
             if not placed and text is not None:
@@ -128,12 +148,11 @@ def _turn_rebuilt(message: Message, original: Sequence[Any]) -> list[Any]:
             out.append(item)
     if not placed and text is not None:
         out.append(text)
-    for call in calls.values():  # calls the view added: none today, but keep them valid
-        out.extend(fresh_items({"role": "assistant", "tool_calls": [call]}))
+    out.extend(call.item() for call in calls.values())  # calls the view added: none today
     return out
 
 
-def _turn_text(content: Any, original: Sequence[Any]) -> Item | None:
+def _turn_text(content: Any, original: Sequence[Any]) -> Mapping[str, object] | None:
     if not content:
         return None
     template = next(
@@ -143,14 +162,10 @@ def _turn_text(content: Any, original: Sequence[Any]) -> Item | None:
     return {**template, "content": wire_content(content, "assistant", template.get("content"))}
 
 
-def _call_rebuilt(item: Item, call: Any) -> Item:
-    function = call.get("function") if isinstance(call, dict) else None
-    arguments = function.get("arguments") if isinstance(function, dict) else None
-    if not isinstance(arguments, str):
+def _call_rebuilt(item: Mapping[str, Any], call: _Call) -> Mapping[str, Any]:
+    """The call item with the view's arguments, where the item keeps them as text (another
+    call's arguments are the item itself: never rewritten)."""
+    field = ARGUMENTS_FIELD.get(item["type"])
+    if field is None or not isinstance(call.arguments, str) or item.get(field) == call.arguments:
         return item
-    kind = item.get("type")
-    if kind == "function_call" and item.get("arguments") != arguments:
-        return {**item, "arguments": arguments}
-    if kind == "custom_tool_call" and item.get("input") != arguments:
-        return {**item, "input": arguments}
-    return item  # other calls' arguments are the item itself: never rewritten
+    return {**item, field: call.arguments}

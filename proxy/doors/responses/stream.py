@@ -13,12 +13,15 @@ Events are told apart by their `type`, read from the front of the payload withou
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from proxy.doors.responses.wire_shapes import ErrorEvent
+from proxy.doors.sse_data import count_at, text_at
 from session.overflow import Overflow, classify_overflow
-from session.ports.door import Usage
+from session.ports.frontdoor import Usage
 
 PREAMBLE = frozenset({"response.created", "response.in_progress"})
 FINISHED = frozenset({"response.completed", "response.incomplete"})
@@ -42,8 +45,7 @@ def event_type(data: bytes) -> str | None:
     if match is not None:
         return match.group(1).decode()
     parsed = _loads(data)
-    kind = parsed.get("type") if isinstance(parsed, dict) else None
-    return kind if isinstance(kind, str) else None
+    return text_at(parsed, "type") if isinstance(parsed, dict) else None
 
 
 def _loads(data: bytes) -> Any:
@@ -53,33 +55,34 @@ def _loads(data: bytes) -> Any:
         return None
 
 
-def usage_of(response: Any) -> Usage | None:
-    """The `Usage` of a response object (`input_tokens` includes the cached tokens)."""
+def usage_of(response: object) -> Usage | None:
+    """The `Usage` of a `Response` (its `input_tokens` include the cached tokens)."""
     usage = response.get("usage") if isinstance(response, dict) else None
     if not isinstance(usage, dict):
         return None
-    prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
-    if not isinstance(prompt, int) or not _is_count(prompt):
+    prompt = _count_at(usage, "input_tokens")
+    if prompt is None:
         return None
     details = usage.get("input_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    cached = _count_at(details, "cached_tokens") if isinstance(details, dict) else None
     return Usage(
         prompt_tokens=prompt,
-        completion_tokens=completion if _is_count(completion) else None,
-        cache_read=min(cached, prompt) if isinstance(cached, int) and _is_count(cached) else 0,
+        completion_tokens=_count_at(usage, "output_tokens"),
+        cache_read=min(cached, prompt) if cached is not None else 0,
     )
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _count_at(obj: Mapping[str, object], key: str) -> int | None:
+    count = count_at(obj, key)
+    return count if count is not None and count >= 0 else None
 
 
-def failure_error(data: bytes | dict[str, Any]) -> dict[str, Any] | None:
-    """The error object of a `response.failed` or `error` event, else None."""
+def failure_error(data: bytes | Mapping[str, object]) -> Mapping[str, object] | None:
+    """The `ResponseError` of a `response.failed` or `error` event, else None."""
     parsed = _loads(data) if isinstance(data, bytes) else data
     if not isinstance(parsed, dict):
         return None
-    kind = parsed.get("type")
+    kind = text_at(parsed, "type")
     if kind == "response.failed":
         response = parsed.get("response")
         error = response.get("error") if isinstance(response, dict) else None
@@ -92,7 +95,7 @@ def failure_error(data: bytes | dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def error_status(error: dict[str, Any]) -> int:
+def error_status(error: Mapping[str, object]) -> int:
     """The HTTP status an in-stream error stands for."""
     code = error.get("code")
     if isinstance(code, int) and 400 <= code < 600:
@@ -121,7 +124,7 @@ def overflow(status: int, body: bytes) -> Overflow | None:
 
 def error_event(message: str, sequence_number: int = 0) -> bytes:
     """A complete `error` event, as OpenAI sends when a stream fails."""
-    event = {
+    event: ErrorEvent = {
         "type": "error",
         "code": "upstream_error",
         "message": message,
@@ -162,8 +165,8 @@ class ResponsesWatch:
             parsed = _loads(data)
             if isinstance(parsed, dict):
                 self.usage = usage_of(parsed.get("response"))
-                sequence = parsed.get("sequence_number")
-                self._sequence = sequence if isinstance(sequence, int) else self._sequence
+                sequence = count_at(parsed, "sequence_number")
+                self._sequence = sequence if sequence is not None else self._sequence
         elif kind in FAILED:
             self.finished = True
             error = failure_error(data) or {}

@@ -13,7 +13,7 @@ or not the provider keeps a copy of it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import orjson
@@ -32,8 +32,10 @@ from proxy.doors.responses.compaction_items import compaction_cut, is_compaction
 from proxy.doors.responses.items import Grouped, converted, grouped_from, regroup
 from proxy.doors.responses.render import to_items
 from proxy.doors.responses.stream import usage_of
+from proxy.doors.responses.wire_shapes import ResponsesBody
+from proxy.doors.sse_data import objects, text_at
 from session.errors import BadRequest
-from session.ports.door import Usage, WireRequest
+from session.ports.frontdoor import Usage, WireRequest
 
 PREVIOUS_RESPONSE = (
     "previous_response_id: the history is kept by the provider, where ctxgate cannot see it"
@@ -121,7 +123,7 @@ def _input_items(value: Any, known: int = 0) -> list[Any]:
     return value
 
 
-def _max_output_tokens(body: dict[str, Any]) -> int | None:
+def _max_output_tokens(body: Mapping[str, Any]) -> int | None:
     value = body.get("max_output_tokens")
     if value is None:
         return None
@@ -133,7 +135,7 @@ def _max_output_tokens(body: dict[str, Any]) -> int | None:
     return value
 
 
-def passthrough_reason(body: dict[str, Any], items: Sequence[Any]) -> str | None:
+def passthrough_reason(body: Mapping[str, Any], items: Sequence[Any]) -> str | None:
     if body.get("previous_response_id"):
         return PREVIOUS_RESPONSE
     if body.get("conversation"):
@@ -164,8 +166,8 @@ def render_request(request: WireRequest, view: list[Message], max_tokens: int | 
 
 def request_body(
     request: WireRequest, view: list[Message], max_tokens: int | None
-) -> dict[str, Any]:
-    body: dict[str, Any] = dict(request.body)
+) -> dict[str, object]:
+    body: dict[str, object] = dict(request.body)
     body["input"] = to_items(view, request.messages)
     if max_tokens is not None:
         body["max_output_tokens"] = max_tokens
@@ -183,9 +185,9 @@ def answer_usage(answer: bytes) -> Usage | None:
 def summary_body(call: SummaryCall, model: str) -> bytes:
     """The summary call as one Responses request: system text as `instructions`, the rest as
     one user message."""
-    system = [content_text(m) for m in call.messages if m.get("role") in ("system", "developer")]
-    other = [content_text(m) for m in call.messages if m.get("role") not in ("system", "developer")]
-    body: dict[str, Any] = {
+    system = [content_text(m) for m in call.messages if _instructing(m)]
+    other = [content_text(m) for m in call.messages if not _instructing(m)]
+    body: ResponsesBody = {
         "model": call.model or model,
         "input": [
             {
@@ -213,12 +215,11 @@ def summary_reply(answer: bytes) -> SummaryReply:
     if not isinstance(output, list):
         raise SummaryCallError("summary model sent an answer without output items")
     texts = [
-        part["text"]
-        for item in output
-        if isinstance(item, dict) and item.get("type") == "message"
-        for part in item.get("content") or []
-        if isinstance(part, dict) and part.get("type") == "output_text"
-        if isinstance(part.get("text"), str)
+        text
+        for item in objects(output)
+        if text_at(item, "type") == "message"
+        for part in objects(item.get("content"))
+        if text_at(part, "type") == "output_text" and (text := text_at(part, "text")) is not None
     ]
     usage = usage_of(data)
     return SummaryReply(
@@ -229,13 +230,18 @@ def summary_reply(answer: bytes) -> SummaryReply:
     )
 
 
-def _finish_reason(data: dict[str, Any]) -> str | None:
+def _instructing(message: Message) -> bool:
+    """Whether a summary call's message goes into `instructions`."""
+    return message.get("role") in ("system", "developer")
+
+
+def _finish_reason(data: Mapping[str, object]) -> str | None:
+    """A `Response`'s status in chat's terms (`finish_reason`)."""
     status = data.get("status")
     if status == "completed":
         return "stop"
     details = data.get("incomplete_details")
     if status == "incomplete" and isinstance(details, dict):
-        return (
-            "length" if details.get("reason") == "max_output_tokens" else str(details.get("reason"))
-        )
+        reason = details.get("reason")
+        return "length" if reason == "max_output_tokens" else str(reason)
     return status if isinstance(status, str) else None

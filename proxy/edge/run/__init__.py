@@ -7,5 +7,5 @@ that server on a free loopback port; `figures.py` reads the server's metrics int
 printed at exit (pure); `launcher.py` starts or attaches to the server, runs the agent with
 the terminal, its signals and its exit code passed through, and prints the summary.
 
-May import: proxy.edge, proxy.core, session.config.settings, proxy.config_file, session.errors.
+May import: proxy.edge, proxy.config_file, proxy.http_errors.
 """

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from compression.assembly.planning import Budgets, budgets_for, head_end, newest_reply, plan_cut
-from compression.counting.figures import Ledger
+from compression.counting.figures import PassFigures
 from compression.messages.toolpairs import pair_tool_calls
 from compression.messages.types import Message
 from compression.options import CompressorOptions
@@ -17,8 +17,8 @@ def budgets(tail: int, floor: int = 2, reach: int | None = None) -> Budgets:
 
 
 def plan(messages: list[Message], head: int, b: Budgets) -> tuple[int, int, int | None, int | None]:
-    ledger = Ledger.measure(messages, CharCounter(), None)
-    cut = plan_cut(messages, ledger, pair_tool_calls(messages), head, b, 0)
+    figures = PassFigures.measure(messages, CharCounter(), None)
+    cut = plan_cut(messages, figures, pair_tool_calls(messages), head, b, 0)
     return cut.head_end, cut.tail_start, cut.restate, cut.reply
 
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from compression.assembly.planning import Budgets, CutPlan
-from compression.counting.figures import Ledger
+from compression.counting.figures import PassFigures
 from compression.messages.types import Message
 from compression.options import CompressorOptions
 from compression.summary.handoff import Handoff, render_handoff
@@ -22,8 +22,8 @@ def test_candidates_include_what_an_earlier_summary_carried() -> None:
         user("   "),
         user("newest"),
     ]
-    ledger = Ledger.measure(messages, CharCounter(), None)
-    found = carry_candidates(messages, 1, 6, 5, ledger)
+    figures = PassFigures.measure(messages, CharCounter(), None)
+    found = carry_candidates(messages, 1, 6, 5, figures)
     assert [c.text for c in found] == ["first ask", "second ask", "third ask: never use eval"]
     assert [c.opening for c in found] == [True, False, False]
     assert [c.instruction for c in found] == [False, False, True]
@@ -33,8 +33,8 @@ def test_a_message_the_summary_was_merged_into_is_not_the_original_request() -> 
     merged = render_handoff(Handoff("## Goal\nx", ("first ask",))) + "\n\nwhat next?"
     output = render_handoff(Handoff("## Goal\nx")) + "\n\n<returncode>0</returncode>\nok"
     messages = [system(), user(merged), reply("ok"), user(output)]
-    ledger = Ledger.measure(messages, CharCounter(), None)
-    found = carry_candidates(messages, 1, 4, None, ledger)
+    figures = PassFigures.measure(messages, CharCounter(), None)
+    found = carry_candidates(messages, 1, 4, None, figures)
     assert [(c.text, c.opening) for c in found] == [("first ask", True), ("what next?", False)]
 
 
@@ -55,8 +55,8 @@ def text_agent() -> list[Message]:
 
 def test_tool_observations_sent_as_user_messages_are_not_candidates() -> None:
     messages = text_agent()
-    ledger = Ledger.measure(messages, CharCounter(), None)
-    found = carry_candidates(messages, 1, len(messages), None, ledger)
+    figures = PassFigures.measure(messages, CharCounter(), None)
+    found = carry_candidates(messages, 1, len(messages), None, figures)
     assert [c.text for c in found] == [
         "Please fix the failing test in tests/test_app.py; do not edit setup.py.",
         "Thanks. Also: keep the changelog untouched.",
@@ -86,11 +86,11 @@ def test_the_section_carries_the_ask_and_anchors_of_tool_output() -> None:
         *tool_round("c2", "Traceback ...\nZeroDivisionError: division by zero", command="make"),
         user("what now?"),
     ]
-    ledger = Ledger.measure(messages, CharCounter(), None)
+    figures = PassFigures.measure(messages, CharCounter(), None)
     plan = plan_for(messages, len(messages) - 1, carry=200, anchors=60)
     tail = messages[-1:]
     users, anchors = carry_section(
-        messages, plan, ledger, CompressorOptions(), COUNT, [*messages[:1], *tail, "summary"]
+        messages, plan, figures, CompressorOptions(), COUNT, [*messages[:1], *tail, "summary"]
     )
     assert users.texts == ("Book flight HAT136 for user mia_li_3668; never use the 7447 card.",)
     # quoted by a carried message already, so not repeated as anchors
@@ -105,10 +105,10 @@ def test_anchors_already_in_the_view_are_not_repeated_and_the_budget_holds() -> 
     for n, output in enumerate(outputs):
         messages += tool_round(f"c{n}", output)
     messages.append(user("next"))
-    ledger = Ledger.measure(messages, CharCounter(), None)
+    figures = PassFigures.measure(messages, CharCounter(), None)
     plan = plan_for(messages, len(messages) - 1, carry=0, anchors=120)
     _, anchors = carry_section(
-        messages, plan, ledger, CompressorOptions(), COUNT, ["summary names rec_0199_x"]
+        messages, plan, figures, CompressorOptions(), COUNT, ["summary names rec_0199_x"]
     )
     assert anchors.tools[0] == "rec_0198_x"  # newest first, the quoted one skipped
     assert sum(COUNT(value + ", ") for value in anchors.tools) <= 120
@@ -116,9 +116,9 @@ def test_anchors_already_in_the_view_are_not_repeated_and_the_budget_holds() -> 
 
 def test_no_room_means_no_anchors() -> None:
     messages = [system(), user("go"), *tool_round("c1", "id abc_12345"), user("next")]
-    ledger = Ledger.measure(messages, CharCounter(), None)
+    figures = PassFigures.measure(messages, CharCounter(), None)
     plan = plan_for(messages, len(messages) - 1, carry=0, anchors=0)
-    assert not carry_section(messages, plan, ledger, CompressorOptions(), COUNT, [])[1]
+    assert not carry_section(messages, plan, figures, CompressorOptions(), COUNT, [])[1]
 
 
 def test_a_message_after_the_region_takes_back_one_in_it() -> None:
@@ -132,13 +132,13 @@ def test_a_message_after_the_region_takes_back_one_in_it() -> None:
         reply("A minute."),
         user("Forget the earlier instruction about PostgreSQL; SQLite is fine."),
     ]
-    ledger = Ledger.measure(messages, CharCounter(), None)
-    found = carry_candidates(messages, 1, 7, None, ledger)
+    figures = PassFigures.measure(messages, CharCounter(), None)
+    found = carry_candidates(messages, 1, 7, None, figures)
     assert [(c.text[:12], c.superseded) for c in found] == [
         ("Build the im", False),
         ("Always store", True),
         ("How long wil", False),
     ]
     # The message that takes it back is the one restated: it still takes it back.
-    found = carry_candidates(messages, 1, 8, 7, ledger)
+    found = carry_candidates(messages, 1, 8, 7, figures)
     assert [c.superseded for c in found] == [False, True, False]

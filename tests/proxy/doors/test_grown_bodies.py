@@ -17,7 +17,7 @@ from proxy.doors.grown_bodies import FOREIGN_SKIPS, GrownBodies
 from proxy.doors.messages.request import read_body
 from proxy.doors.responses.wire import parse_request
 from session.errors import BadRequest
-from session.ports.door import IMAGE_MARK
+from session.ports.frontdoor import IMAGE_MARK
 from tests.proxy.doors.responses.test_items import history as responses_history
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator

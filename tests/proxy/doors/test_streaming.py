@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.doors.chat.door import ChatWatch
+from proxy.doors.chat.chat_door import ChatWatch
 from proxy.doors.streaming import StreamRelay, error_status
 
 OVERFLOW = (

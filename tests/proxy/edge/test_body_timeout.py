@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import ProxyServer, settings_for
+from tests.proxy.fixtures import proxy_fixture
+from tests.servers import ProxyServer
 from tests.simulator import Simulator
 
 BODY = json.dumps(
@@ -18,11 +18,7 @@ BODY = json.dumps(
 ).encode()
 
 
-@pytest.fixture
-def proxy(sim: Simulator, db_path: str) -> Iterator[ProxyServer]:
-    settings = settings_for(sim.base_url, db_path, server={"body_timeout_s": 1.0})
-    with ProxyServer(settings) as server:
-        yield server
+proxy = proxy_fixture(server={"body_timeout_s": 1.0})
 
 
 def head(path: str, length: int) -> bytes:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from importlib.resources import files
 from pathlib import Path
@@ -25,7 +24,8 @@ import pytest
 
 from session.identity import scope_for
 from tests.proxy.agent_loop import AgentLoop
-from tests.servers import ProxyServer, settings_for
+from tests.proxy.fixtures import proxy_fixture
+from tests.servers import ProxyServer
 from tests.simulator import Simulator
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -56,21 +56,15 @@ FLAGS = [
 ]
 
 
-@pytest.fixture
-def proxy(sim: Simulator, db_path: str) -> Iterator[ProxyServer]:
-    settings = settings_for(
-        sim.base_url,
-        db_path,
-        models=[{"match": "*", "upstream": "sim", "context_length": 8192}],
-        compression={
-            "background": False,
-            "shadow": {"enabled": True, "sample_rate": 1.0, "max_tokens": 64},
-        },
-        auth={"admin_key": ADMIN_KEY},
-        prices=[{"match": "small-8k", "input": 2.0, "cached_input": 0.5, "output": 8.0}],
-    )
-    with ProxyServer(settings) as server:
-        yield server
+proxy = proxy_fixture(
+    models=[{"match": "*", "upstream": "sim", "context_length": 8192}],
+    compression={
+        "background": False,
+        "shadow": {"enabled": True, "sample_rate": 1.0, "max_tokens": 64},
+    },
+    auth={"admin_key": ADMIN_KEY},
+    prices=[{"match": "small-8k", "input": 2.0, "cached_input": 0.5, "output": 8.0}],
+)
 
 
 def root(proxy: ProxyServer) -> str:

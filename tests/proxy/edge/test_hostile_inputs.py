@@ -3,13 +3,13 @@ every header a provider accepts. Each is answered (relayed or refused with a 4xx
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
+from tests.proxy.fixtures import proxy_fixture
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator
 
@@ -17,10 +17,7 @@ MESSAGES = [{"role": "user", "content": "Say hello."}]
 CHAT = {"model": "gpt-4o-mini", "messages": MESSAGES}
 
 
-@pytest.fixture
-def proxy(sim: Simulator, db_path: str) -> Iterator[ProxyServer]:
-    with ProxyServer(settings_for(sim.base_url, db_path)) as server:
-        yield server
+proxy = proxy_fixture()
 
 
 def post_chat(proxy: ProxyServer, body: dict[str, Any], headers: Any = None) -> httpx.Response:
@@ -153,3 +150,31 @@ def test_client_key_header_never_reaches_an_upstream_with_its_own_key(
     received = sim.chat_requests[-1].headers
     assert header not in received
     assert received["authorization"] == "Bearer sk-upstream-test"
+
+
+def deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize("levels", [200, 300])
+def test_json_nested_deeper_than_ctxgate_writes_back_is_refused_with_a_400(
+    sim: Simulator, proxy: ProxyServer, levels: int
+) -> None:
+    """orjson reads 1,024 levels but writes 255: a body between the two is the client's
+    mistake (a 400 naming the limit, the provider never called), one within both is served.
+    The session id is derived from the first user message, which is written back to hash it."""
+    part = {"type": "text", "text": "Say hello.", "extra": deep(levels)}
+    before = len(sim.chat_requests)
+    response = post_chat(proxy, {**CHAT, "messages": [{"role": "user", "content": [part]}]})
+    if levels < 250:
+        assert response.status_code == 200, response.text
+        assert len(sim.chat_requests) == before + 1
+        return
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "nested deeper than ctxgate can re-serialise (255 levels)" in error["message"]
+    assert len(sim.chat_requests) == before

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -13,15 +12,11 @@ import openai
 import pytest
 
 from proxy.config_file import parse_settings
+from tests.proxy.fixtures import proxy_fixture
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator
 
-
-@pytest.fixture
-def proxy(sim: Simulator, db_path: str) -> Iterator[ProxyServer]:
-    settings = settings_for(sim.base_url, db_path, server={"max_body_bytes": 256 * 1024})
-    with ProxyServer(settings) as server:
-        yield server
+proxy = proxy_fixture(server={"max_body_bytes": 256 * 1024})
 
 
 def sdk(base_url: str) -> openai.OpenAI:

@@ -33,6 +33,7 @@ from tests.deploy.test_crash import check_consistent, query
 from tests.deploy.test_replicas import MODEL, PG_ENV, WINDOW, history_over_threshold
 from tests.servers import free_port
 from tests.simulator import Hang, ModelSpec, Reply, Simulator
+from tests.simulator.fixtures import simulator_fixture
 
 
 class Workers:
@@ -109,12 +110,9 @@ def parent_of(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(
-        models={MODEL: ModelSpec(window=WINDOW)}, validate_messages=True, chunk_delay_s=0.0
-    ) as simulator:
-        yield simulator
+sim = simulator_fixture(
+    {MODEL: ModelSpec(window=WINDOW)}, validate_messages=True, chunk_delay_s=0.0
+)
 
 
 @pytest.fixture

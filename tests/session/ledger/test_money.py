@@ -14,13 +14,13 @@ import orjson
 import pytest
 
 from proxy.config_file import parse_settings
-from proxy.doors.chat.door import ChatDoor
+from proxy.doors.chat.chat_door import ChatDoor
 from session.config.prices import Price
 from session.config.settings import Settings
 from session.ledger.book import Ledger
 from session.ledger.savings import savings_json
 from session.ledger.tiers import Split, cost, full_history_split, split_of
-from session.ports.door import Usage
+from session.ports.frontdoor import Usage
 from storage import SessionKey, SessionStore
 
 SK = SessionKey("scope", "session")

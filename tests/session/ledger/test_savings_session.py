@@ -8,7 +8,6 @@ what the client was told it was billed, plus the summary calls it never saw.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,18 +17,16 @@ from tests.proxy.doors.messages.test_door import SMALL, Agent
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import ModelSpec, Simulator
 from tests.simulator.agent import ScriptedAgent
+from tests.simulator.fixtures import simulator_fixture
 
 ADMIN = {"authorization": "Bearer adm"}
 PRICE = {"input": 3.00, "cached_input": 0.30, "cache_write": 3.75, "output": 15.00}
 
 
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(
-        models={SMALL: ModelSpec(window=16_384, dialect="anthropic")},
-        default=ModelSpec(window=200_000, dialect="anthropic"),
-    ) as simulator:
-        yield simulator
+sim = simulator_fixture(
+    {SMALL: ModelSpec(window=16_384, dialect="anthropic")},
+    ModelSpec(window=200_000, dialect="anthropic"),
+)
 
 
 def settings(sim: Simulator, db_path: str) -> Any:

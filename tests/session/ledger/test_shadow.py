@@ -10,7 +10,6 @@ is sent again twice (A, A') and compared with what the compressed one (B) answer
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -21,7 +20,7 @@ import pytest
 from session.identity import scope_for
 from session.ledger.shadow import SHADOW_HEADER
 from tests.servers import ProxyServer, settings_for
-from tests.simulator import InViewModel, ModelSpec, Need, Simulator, step_result
+from tests.simulator import InViewModel, Need, Simulator, step_result
 
 MODEL = "gpt-4o-mini"
 KEY = "sk-agent"
@@ -40,12 +39,6 @@ TOOLS: list[Any] = [
     }
 ]
 BOUND = 64  # compression.shadow.max_tokens
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    with Simulator(default=ModelSpec(window=128_000)) as simulator:
-        yield simulator
 
 
 def settings(sim: Simulator, db_path: str, **shadow: Any) -> Any:
@@ -233,7 +226,7 @@ def test_the_daily_budget_stops_shadow_calls(sim: Simulator, db_path: str) -> No
         shadow = shadow_figures(proxy, 1)
         time.sleep(0.5)  # any check still to come would have started by now
         shadow = shadow_figures(proxy, 1)
-        spent = proxy.services.gateway.shadow.spent_today
+        spent = proxy.services.gateway.charges.shadow.spent_today
     assert shadow["total"]["samples"] == 1
     assert len(shadow_requests(sim)) == 2
     assert 0 < spent <= 20_000

@@ -12,15 +12,9 @@ from hypothesis import strategies as st
 from compression.counting.tokens import RoughCounter
 from compression.messages.content import with_text
 from compression.messages.types import Message
-from proxy.doors.messages.blocks import (
-    REMOVED_CALL_TEXT,
-    original_of,
-    render_view,
-    to_chat,
-    to_wire,
-)
+from proxy.doors.messages.blocks import REMOVED_CALL_TEXT, render_view, to_chat, to_wire
 from proxy.doors.messages.request import tools_as_chat
-from session.ports.door import ORIGINAL
+from session.ports.frontdoor import ORIGINAL, original_of
 
 SYSTEM = [
     {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},

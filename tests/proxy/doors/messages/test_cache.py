@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any, cast
 
-from proxy.doors.messages.blocks import WireMessage
 from proxy.doors.messages.cache import breakpoints, place_breakpoints
+from proxy.doors.messages.wire_types import WireMessage
 from session.turn import output_reservation
 
 MARK = {"type": "ephemeral"}

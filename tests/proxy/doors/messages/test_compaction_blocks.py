@@ -13,7 +13,7 @@ from compression.verbatim.preamble import system_end
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.messages.blocks import render_view, to_chat
 from proxy.doors.messages.compaction_blocks import compaction_cut, dead_prefix
-from proxy.doors.messages.door import MessagesDoor
+from proxy.doors.messages.messages_door import MessagesDoor
 from proxy.doors.messages.request import read_body
 
 COMPACTION = {

@@ -18,7 +18,7 @@ from proxy.doors.messages.events import (
     summary_reply,
 )
 from session.overflow import classify_overflow
-from session.ports.door import Usage
+from session.ports.frontdoor import Usage
 
 
 def data(obj: object) -> bytes:

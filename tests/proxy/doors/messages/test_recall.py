@@ -16,9 +16,9 @@ from anthropic.types import MessageParam
 
 from compression.messages.types import Message
 from compression.summary.handles import RECALL_TOOL
-from proxy.doors.messages.door import MessagesDoor
-from session.ports.door import ToolCall
-from tests.proxy.recall_fixtures import RECALL, RECALL_CALL, event_data, split_events
+from proxy.doors.messages.messages_door import MessagesDoor
+from session.ports.frontdoor import ToolCall
+from tests.proxy.doors.recall_fixtures import RECALL, RECALL_CALL, event_data, split_events
 from tests.simulator import ModelSpec, Reply, Simulator
 
 MODEL = "claude-sim"

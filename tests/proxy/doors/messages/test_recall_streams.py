@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compression.summary.handles import RECALL_TOOL
-from proxy.doors.messages.door import MessagesDoor
-from tests.proxy.recall_fixtures import RECALL_CALL, event_data, serve_events
+from proxy.doors.messages.messages_door import MessagesDoor
+from tests.proxy.doors.recall_fixtures import RECALL_CALL, event_data, serve_events
 from tests.simulator import ModelSpec, Reply, Simulator
 from tests.simulator.anthropic_cache import CacheUsage
 from tests.simulator.anthropic_rules import ThinkingSigner

@@ -9,7 +9,7 @@ import pytest
 
 from compression.messages.types import Message
 from proxy.doors.messages.cache import breakpoints
-from proxy.doors.messages.door import MessagesDoor
+from proxy.doors.messages.messages_door import MessagesDoor
 from proxy.doors.messages.request import session_hint
 from session.errors import BadRequest
 

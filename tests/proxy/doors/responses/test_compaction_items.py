@@ -13,7 +13,7 @@ from proxy.doors.responses.compaction_items import HEAD, compaction_cut
 from proxy.doors.responses.items import to_messages
 from proxy.doors.responses.render import to_items
 from proxy.doors.responses.wire import parse_request
-from session.ports.door import ORIGINAL
+from session.ports.frontdoor import ORIGINAL
 
 
 def compaction(n: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from compression.engine import SummaryReply
 from compression.options import CompressorOptions
 from proxy.doors.responses.items import INSTRUCTIONS_MARK, item_kind, output_key, to_messages
 from proxy.doors.responses.render import to_items
-from session.ports.door import ORIGINAL
+from session.ports.frontdoor import ORIGINAL
 from tests.compression.builders import context
 from tests.compression.counters import CharCounter
 from tests.compression.summarizers import SUMMARY_BODY, ScriptedSummarizer

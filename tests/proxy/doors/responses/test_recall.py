@@ -16,10 +16,16 @@ from openai.types.responses import ResponseInputParam
 
 from compression.messages.types import Message
 from compression.summary.handles import RECALL_TOOL
-from proxy.doors.responses.door import ResponsesDoor
 from proxy.doors.responses.items import group_message
-from session.ports.door import ORIGINAL, ToolCall
-from tests.proxy.recall_fixtures import RECALL, RECALL_CALL, event_data, serve_events, split_events
+from proxy.doors.responses.responses_door import ResponsesDoor
+from session.ports.frontdoor import ORIGINAL, ToolCall
+from tests.proxy.doors.recall_fixtures import (
+    RECALL,
+    RECALL_CALL,
+    event_data,
+    serve_events,
+    split_events,
+)
 from tests.simulator import ModelSpec, Reply, Simulator
 from tests.simulator.responses_items import Seal
 from tests.simulator.responses_output import OutputIds, output_items, response_object

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from compression.engine import SummaryCall, SummaryCallError
-from proxy.doors.responses.door import ResponsesDoor
+from proxy.doors.responses.responses_door import ResponsesDoor
 from proxy.doors.responses.stream import ResponsesWatch
 from session.errors import BadRequest
-from session.ports.door import ORIGINAL, Usage
+from session.ports.frontdoor import ORIGINAL, Usage
 
 DOOR = ResponsesDoor()
 OVERFLOW_MESSAGE = "Your input exceeds the context window of this model. Please adjust your input."

@@ -11,19 +11,19 @@ changed one is rebuilt with every field ctxgate does not use untouched.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import orjson
 
 from compression import Message, SummaryCall, SummaryReply, ToolSchema
 from proxy.doors.gemini import events
 from proxy.doors.gemini import recall_tool as recall
+from proxy.doors.gemini.contents import request_body
 from proxy.doors.gemini.parts import render_view
 from proxy.doors.gemini.request import read_body
 from proxy.doors.grown_bodies import GrownBodies
 from session.errors import ProxyError, UpstreamStatus
 from session.overflow import Overflow, classify_overflow
-from session.ports.door import AnswerCalls, Usage, WireRequest
+from session.ports.frontdoor import AnswerCalls, Usage, WireRequest
 
 GENERATE = "generateContent"
 STREAM = "streamGenerateContent"
@@ -71,7 +71,7 @@ class GeminiDoor:
         if view is request.messages and max_tokens is None and not tools:
             return request.raw
         rendered = render_view(view)
-        body: dict[str, Any] = dict(request.body)
+        body = request_body(request.body).copy()
         if tools:
             body["tools"] = recall.with_tools(body.get("tools"), tools)
         if rendered.system is None:

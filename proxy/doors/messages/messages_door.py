@@ -22,9 +22,17 @@ from proxy.doors.messages.blocks import render_view
 from proxy.doors.messages.cache import place_breakpoints
 from proxy.doors.messages.compaction_blocks import dead_prefix
 from proxy.doors.messages.request import read_body
+from proxy.doors.messages.wire_types import (
+    Block,
+    Original,
+    Thinking,
+    carrying,
+    original,
+    request_body,
+)
 from session.errors import ProxyError, UpstreamStatus
 from session.overflow import Overflow, classify_overflow
-from session.ports.door import ORIGINAL, AnswerCalls, Usage, WireRequest, original_of
+from session.ports.frontdoor import AnswerCalls, Usage, WireRequest, original_of
 
 
 class MessagesDoor:
@@ -57,13 +65,16 @@ class MessagesDoor:
     ) -> bytes:
         if view is request.messages and max_tokens is None and not tools:
             return request.raw
-        dead = dead_prefix(request.body.get("messages"))
-        rendered = render_view(without_stale_markers(view, request.messages), dead)
-        body: dict[str, Any] = dict(request.body)
+        sent = request_body(request.body)
+        rendered = render_view(
+            without_stale_markers(view, request.messages), dead_prefix(sent["messages"])
+        )
+        body = sent.copy()
+        offered = sent.get("tools")
         if tools:
-            body["tools"] = recall.with_tools(body.get("tools"), tools)
+            offered = body["tools"] = recall.with_tools(offered, tools)
         system, messages = place_breakpoints(
-            rendered.system, rendered.messages, body.get("tools"), rendered.last_written
+            rendered.system, rendered.messages, offered, rendered.last_written
         )
         if system is None:
             body.pop("system", None)
@@ -72,7 +83,9 @@ class MessagesDoor:
         body["messages"] = messages
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
-            body.update(_thinking_within(body.get("thinking"), max_tokens))
+            thinking = _thinking_within(body.get("thinking"), max_tokens)
+            if thinking is not None:
+                body["thinking"] = thinking
         return orjson.dumps(body)
 
     def usage(self, answer: bytes) -> Usage | None:
@@ -119,7 +132,7 @@ ON_DEMAND = "compaction: the provider compacts this history itself"
 def _passthrough(body: dict[str, Any], messages: list[Message]) -> str | None:
     if not messages:
         return "no messages"
-    return ON_DEMAND if body.get("compaction") is not None else None
+    return ON_DEMAND if request_body(body).get("compaction") is not None else None
 
 
 def without_stale_markers(view: list[Message], current: list[Message]) -> list[Message]:
@@ -130,32 +143,31 @@ def without_stale_markers(view: list[Message], current: list[Message]) -> list[M
     keys: set[bytes] | None = None
     out: list[Message] = []
     for message in view:
-        original = original_of(message)
-        if id(message) in mine or original is None or "blocks" not in original:
+        kept = original(message)
+        if id(message) in mine or kept is None or "blocks" not in kept:
             out.append(message)
             continue
         if keys is None:
             keys = {orjson.dumps(original_of(m)) for m in current}
-        if orjson.dumps(original) in keys or not _has_marker(original):
+        if orjson.dumps(kept) in keys or not _has_marker(kept):
             out.append(message)
         else:
-            out.append(_unmarked(message, original))
+            out.append(_unmarked(message, kept))
     return out
 
 
-def _has_marker(value: Any) -> bool:
+def _has_marker(value: Original) -> bool:
     return b'"cache_control"' in orjson.dumps(value)
 
 
-def _unmarked(message: Message, original: dict[str, Any]) -> Message:
-    copied = cast(dict[str, Any], _strip(dict(message)))
-    stripped = dict(original)
-    stripped["blocks"] = _strip(original["blocks"])
-    copied[ORIGINAL] = stripped
-    return cast(Message, copied)
+def _unmarked(message: Message, kept: Original) -> Message:
+    copied = cast(Message, _strip(dict(message)))
+    stripped = kept.copy()
+    stripped["blocks"] = cast(list[Block], _strip(kept["blocks"]))
+    return carrying(copied, stripped)
 
 
-def _strip(value: Any) -> Any:
+def _strip(value: object) -> object:
     """A copy of content without `cache_control` keys in blocks (nested tool_result content too)."""
     if isinstance(value, list):
         return [_strip(item) for item in value]
@@ -171,15 +183,15 @@ def _strip(value: Any) -> Any:
 _MIN_THINKING = 1024  # the smallest `budget_tokens` the API takes
 
 
-def _thinking_within(thinking: Any, max_tokens: int) -> dict[str, Any]:
-    """The `thinking` setting that fits a lowered `max_tokens`: the API refuses a budget that
-    is not below it. Half the output goes to thinking, at least its minimum; with no room
-    for that, thinking is turned off for this request."""
+def _thinking_within(thinking: Thinking | None, max_tokens: int) -> Thinking | None:
+    """The `thinking` setting that fits a lowered `max_tokens` (None: the client's fits): the
+    API refuses a budget that is not below it. Half the output goes to thinking, at least its
+    minimum; with no room for that, thinking is turned off for this request."""
     if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
-        return {}
+        return None
     budget = thinking.get("budget_tokens")
     if not isinstance(budget, int) or budget < max_tokens:
-        return {}
+        return None
     if max_tokens <= _MIN_THINKING:
-        return {"thinking": {"type": "disabled"}}
-    return {"thinking": {**thinking, "budget_tokens": max(_MIN_THINKING, max_tokens // 2)}}
+        return {"type": "disabled"}
+    return {**thinking, "budget_tokens": max(_MIN_THINKING, max_tokens // 2)}

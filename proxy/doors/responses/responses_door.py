@@ -1,7 +1,7 @@
 """The OpenAI Responses front door: `POST /v1/responses`, streamed or not.
 
-Input items become chat-shaped messages that carry their items (`responses_items`), the view
-goes back as items (`responses_render`), and the stream is read by `ResponsesWatch`. A request
+Input items become chat-shaped messages that carry their items (`items.py`), the view
+goes back as items (`render.py`), and the stream is read by `ResponsesWatch`. A request
 ctxgate does not change, or must not (its history is on the provider), is forwarded as the
 client's bytes. ctxgate's own tool (offered, called, answered, hidden from the client) is
 `responses_recall`'s business.
@@ -20,7 +20,7 @@ from proxy.doors.responses.recall_tool import ResponsesAnswerStream, ResponsesCa
 from proxy.doors.responses.stream import ResponsesWatch
 from session.errors import ProxyError
 from session.overflow import Overflow
-from session.ports.door import AnswerCalls, Usage, WireRequest
+from session.ports.frontdoor import AnswerCalls, Usage, WireRequest
 
 
 class ResponsesDoor:

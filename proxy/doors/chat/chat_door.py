@@ -18,12 +18,14 @@ from compression import Message, SummaryCall, SummaryCallError, SummaryReply, To
 from proxy.doors.bodies import with_tools
 from proxy.doors.chat import recall_tool as chat_recall
 from proxy.doors.chat.recall_tool import ChatAnswerStream, ChatCallFilter
-from proxy.doors.chat.request import client_wants_usage, parse_chat_request
+from proxy.doors.chat.request import client_wants_usage, parse_chat_request, stream_options
+from proxy.doors.chat.shapes import ChatBody, FunctionTool, answer_usage, choices_of, token_counts
 from proxy.doors.grown_bodies import GrownBodies
+from proxy.doors.sse_data import json_object
 from proxy.doors.streaming import error_event, error_status
 from session.errors import ProxyError
 from session.overflow import Overflow, classify_overflow
-from session.ports.door import AnswerCalls, Usage, WireRequest
+from session.ports.frontdoor import AnswerCalls, Usage, WireRequest
 
 _USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
@@ -100,16 +102,12 @@ class ChatDoor:
                 # Prepending the key keeps the client's bytes; it is absent, so no duplicate.
                 start = request.raw.index(b"{") + 1
                 return _USAGE_OPTION + request.raw[start:]
-        body: dict[str, Any] = dict(request.body)
+        body: dict[str, object] = dict(request.body)
         body["messages"] = view
         if tools:
             body["tools"] = with_tools(body.get("tools"), tools, _chat_tool)
         if request.stream and not wants_usage:
-            options = body.get("stream_options")
-            body["stream_options"] = {
-                **(options if isinstance(options, dict) else {}),
-                "include_usage": True,
-            }
+            body["stream_options"] = {**(stream_options(body) or {}), "include_usage": True}
         if max_tokens is not None:
             key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
             body[key] = max_tokens
@@ -131,7 +129,7 @@ class ChatDoor:
         return error.body()
 
     def summary_body(self, call: SummaryCall, model: str) -> bytes:
-        body = {
+        body: ChatBody = {
             "model": call.model or model,
             "messages": call.messages,
             "max_tokens": call.max_tokens,
@@ -141,19 +139,17 @@ class ChatDoor:
         return orjson.dumps(body)
 
     def summary_reply(self, answer: bytes) -> SummaryReply:
-        try:
-            data = orjson.loads(answer)
-            choice = data["choices"][0]
-            message = choice.get("message") or {}
-            usage = data.get("usage") or {}
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise SummaryCallError("summary model sent an unreadable answer") from exc
-        content = message.get("content")
+        data = json_object(answer)
+        choices = choices_of(data, "message") if data is not None else []
+        if not choices:
+            raise SummaryCallError("summary model sent an unreadable answer")
+        content, finish = choices[0].content, choices[0].finish_reason
+        prompt_tokens, completion_tokens, _ = token_counts(data)
         return SummaryReply(
             text=content if isinstance(content, str) else "",
-            finish_reason=choice.get("finish_reason"),
-            prompt_tokens=usage.get("prompt_tokens"),
-            completion_tokens=usage.get("completion_tokens"),
+            finish_reason=finish if isinstance(finish, str) else None,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
         )
 
     def tool_calls(self, answer: bytes, name: str) -> AnswerCalls | None:
@@ -169,7 +165,7 @@ class ChatDoor:
         return ChatCallFilter(name)
 
 
-def _chat_tool(name: Any, description: str, schema: Any) -> dict[str, Any]:
+def _chat_tool(name: Any, description: str, schema: Any) -> FunctionTool:
     return {
         "type": "function",
         "function": {"name": name, "description": description, "parameters": schema},
@@ -177,20 +173,4 @@ def _chat_tool(name: Any, description: str, schema: Any) -> dict[str, Any]:
 
 
 def _usage_in(raw: bytes) -> Usage | None:
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    usage = data.get("usage") if isinstance(data, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    prompt = _int_or_none(usage.get("prompt_tokens"))
-    if prompt is None:
-        return None
-    details = usage.get("prompt_tokens_details")
-    cached = _int_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None
-    return Usage(prompt, _int_or_none(usage.get("completion_tokens")), min(cached or 0, prompt))
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return answer_usage(json_object(raw))

@@ -139,11 +139,6 @@ class FrontDoor(Protocol):
     def call_filter(self, name: str) -> CallFilter: ...
 
 
-def without_original(message: Message) -> dict[str, Any]:
-    """The message's chat fields, without the original items a door keeps in it."""
-    return {k: v for k, v in message.items() if k != ORIGINAL}
-
-
 def with_original(message: Message, original: dict[str, Any]) -> Message:
     """The message, keeping the wire piece it was converted from under `ORIGINAL`."""
     cast(dict[str, Any], message)[ORIGINAL] = original

@@ -251,7 +251,7 @@ def test_processes_take_turns(sqlite_url: str, tmp_path: Path) -> None:
             text=True,
             timeout=60,
             check=True,
-            cwd=Path(__file__).parents[2],
+            cwd=Path(__file__).parents[3],
         )
         return done.stdout.strip()
 

@@ -1,0 +1,84 @@
+"""What each answered request is charged, and the shadow check it may be sampled for.
+
+Recorded once the client has its answer, beside the request rather than in its way: a failure
+here is logged, since nobody is left to report it to.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from session.conversations import Conversations
+from session.ledger.book import Ledger, full_prompt
+from session.ledger.shadow import Shadow, ShadowJob
+from session.ports.frontdoor import Usage
+from session.ports.headers import upstream_request_headers
+from session.turn import Turn
+
+log = logging.getLogger("ctxgate.gateway")
+
+
+def upstream_headers(turn: Turn) -> dict[str, str]:
+    """The headers a turn's upstream calls carry."""
+    return upstream_request_headers(turn.client_headers.items(), turn.upstream.settings)
+
+
+class Charges:
+    def __init__(
+        self, conversations: Conversations, ledger: Ledger | None, shadow: Shadow | None
+    ) -> None:
+        self.conversations = conversations
+        self.ledger = ledger
+        self.shadow = shadow
+
+    async def request(
+        self, turn: Turn, usage: Usage | None, shown: bytes | None, check: bool = True
+    ) -> None:
+        """The ledger's record of a client request's first round (its view's figures), and
+        a shadow check of it when one is due (`shown`: the answer the client got, when it
+        was not streamed)."""
+        if self.ledger is None or usage is None or turn.request.passthrough:
+            return
+        model = turn.request.model
+        models = self.conversations.models
+        full = full_prompt(
+            usage.prompt_tokens,
+            turn.messages,
+            turn.view,
+            turn.request.tools,
+            models.counter(turn.rule, model),
+            models.calibration(model),
+        )
+        try:
+            await self.ledger.request(
+                turn.key, model, turn.door.api, usage, full, turn.view_changed, turn.started_at
+            )
+        except Exception:  # the answer is already out; nothing left to report it to
+            log.exception("recording a request's charge failed")
+        shadow = self.shadow
+        if check and shadow is not None and turn.view_changed:
+            if shadow.wants(turn.door.api, full, turn.context_length):
+                shadow.start(shadow_job(turn, full, shown))
+
+    async def round(self, turn: Turn, usage: Usage | None) -> None:
+        """A recall round's charge (a call compression made necessary), recorded beside the
+        request rather than in its way."""
+        if self.ledger is not None:
+            charge = self.ledger.overhead(turn.key, turn.request.model, "recall", usage)
+            self.conversations.sessions.spawn(charge)
+
+
+def shadow_job(turn: Turn, full: int, shown: bytes | None) -> ShadowJob:
+    trigger = turn.notes[-1].trigger if turn.notes else "checkpoint"
+    return ShadowJob(
+        turn.key,
+        turn.request.model,
+        trigger,
+        turn.door,
+        turn.upstream,
+        upstream_headers(turn),
+        turn.request.raw,
+        turn.door.render(turn.request, turn.view, turn.max_tokens, ()),
+        shown,
+        full,
+    )
