@@ -49,6 +49,9 @@ log = logging.getLogger("ctxgate.gateway")
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _RULES_KEPT = 4096  # distinct (model, API) pairs whose rule is remembered
 _DUMPS_DEPTH = 255  # the deepest nesting orjson writes back
+# Levels ctxgate's own shapes may add around a client's value when it writes one back (a
+# door's original item kept in a chat message, the opening a session id is derived from).
+_WRAPPING = 8
 
 
 class Gateway:
@@ -85,7 +88,7 @@ class Gateway:
             # or the body rewritten, always before the upstream is called. orjson raises this
             # one type for every cause, so the body's depth tells the client's mistake from a
             # bug (measured only on the failure, never on the request path).
-            if nesting(raw) <= _DUMPS_DEPTH:
+            if nesting(raw) + _WRAPPING <= _DUMPS_DEPTH:
                 raise
             raise BadRequest(
                 "The request body holds JSON nested deeper than ctxgate can re-serialise "
@@ -379,8 +382,13 @@ def _with_reason(error: UpstreamStatus, reason: str) -> UpstreamStatus:
 
 
 def nesting(raw: bytes) -> int:
-    """How deep the JSON document `raw` nests (0 for a scalar), walked without recursion."""
-    deepest, stack = 0, [(orjson.loads(raw), 0)]
+    """How deep the JSON document `raw` nests (0 for a scalar or for bytes that are no JSON),
+    walked without recursion."""
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return 0
+    deepest, stack = 0, [(document, 0)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, dict):
