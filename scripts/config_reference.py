@@ -1,8 +1,10 @@
-"""Write the configuration reference in README.md from the settings code.
+"""Write the configuration reference page of the docs site from the settings code.
 
-    python scripts/config_reference.py           print the reference
-    python scripts/config_reference.py --write   replace the block in README.md
-    python scripts/config_reference.py --check   exit 1 when README.md's block is stale
+    python scripts/config_reference.py           print the page
+    python scripts/config_reference.py --write   write docs/configuration-reference.md
+    python scripts/config_reference.py --check   exit 1 when that file is stale
+
+The page is generated whole, so nothing in it can be edited by hand and drift from the code.
 
 Keys and types come from the dataclasses in session/config/settings.py and session/config/prices.py,
 descriptions from the docstring under each field, and defaults from what `parse_settings`
@@ -32,10 +34,16 @@ from session.config import prices as prices_module
 from session.config import settings as settings_module
 from session.config.settings import COMPRESSION_KEYS, Settings, UpstreamSettings
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BEGIN = "<!-- config-reference -->"
-END = "<!-- /config-reference -->"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration-reference.md"
 COMMAND = "python scripts/config_reference.py --write"
+TITLE = "# Configuration reference"
+INTRO = (
+    "Every key of the config file, generated from `session/config/settings.py`, "
+    "`session/config/prices.py` and `compression/options.py` (`tests/test_readme.py` fails "
+    "when this page and the code disagree). Only `upstreams` and `models` are required; "
+    "how to start a file, and the settings most deployments change: "
+    "[Configuration](configuration.md)."
+)
 
 # The loader fills these in from the file's own structure, not from a default value.
 _FIRST_UPSTREAM = "<first upstream>"
@@ -183,7 +191,7 @@ def _declared_default(f: dataclasses.Field[Any]) -> Any:
 
 
 def section_table(section: Section, docs: dict[str, dict[str, str]]) -> list[str]:
-    lines = [f"#### `{section.path}`", ""]
+    lines = [f"## `{section.path}`", ""]
     if section.intro:
         lines += [section.intro, ""]
     lines += ["| key | type | default | description |", "|---|---|---|---|"]
@@ -227,7 +235,7 @@ def options_table() -> list[str]:
     """The built-in compressor's options (names, types and defaults only)."""
     *first, last = (f"`{name}`" for name in COMPRESSION_KEYS)
     lines = [
-        "#### `compression.options` of the built-in `compressor` engine",
+        "## `compression.options` of the built-in `compressor` engine",
         "",
         f"Checked at start-up: an unknown name or a wrong value stops it. {', '.join(first)} "
         f"and {last} default to the `compression` keys of the same name, "
@@ -262,40 +270,30 @@ def render() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def current_block(readme: str) -> str:
-    """README.md's block between the markers; ValueError when the markers are missing."""
-    start, end = readme.find(BEGIN), readme.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"README.md has no {BEGIN} ... {END} block")
-    return readme[start + len(BEGIN) : end].strip("\n") + "\n"
-
-
-def with_block(readme: str, block: str) -> str:
-    start, end = readme.find(BEGIN), readme.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"README.md has no {BEGIN} ... {END} block")
-    return readme[: start + len(BEGIN)] + "\n" + block + readme[end:]
+def render_page() -> str:
+    """The whole of docs/configuration-reference.md."""
+    return f"{TITLE}\n\n{INTRO}\n\n{render()}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="update README.md in place")
-    mode.add_argument("--check", action="store_true", help="exit 1 when README.md is stale")
+    mode.add_argument("--write", action="store_true", help=f"write {PAGE.name}")
+    mode.add_argument("--check", action="store_true", help=f"exit 1 when {PAGE.name} is stale")
     args = parser.parse_args(argv)
-    block = render()
+    page = render_page()
     if not (args.write or args.check):
-        sys.stdout.write(block)
+        sys.stdout.write(page)
         return 0
-    readme = README.read_text(encoding="utf-8")
+    current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
     if args.check:
-        if current_block(readme) != block:
-            print(f"README.md's configuration reference is stale; run: {COMMAND}", file=sys.stderr)
+        if current != page:
+            print(f"{PAGE} is stale; run: {COMMAND}", file=sys.stderr)
             return 1
         return 0
-    updated = with_block(readme, block)
-    if updated != readme:
-        README.write_text(updated, encoding="utf-8")
+    if current != page:
+        PAGE.parent.mkdir(parents=True, exist_ok=True)
+        PAGE.write_text(page, encoding="utf-8")
     return 0
 
 
