@@ -1,4 +1,4 @@
-"""docker-compose.yml validates and means what README.md says, under Compose v2 and v1.
+"""docker-compose.yml validates and means what docs/deployment.md says, under Compose v2 and v1.
 
 No container engine is needed: `config` only parses, interpolates and validates. CI installs
 Debian 12's `docker-compose` (1.29.2) and sets CTXGATE_REQUIRE_COMPOSE=1, so a missing tool
