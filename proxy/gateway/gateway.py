@@ -137,6 +137,11 @@ class Gateway:
         if overflow is None:
             raise error
         self.metrics.overflow()
+        log.info(
+            "session %s: the upstream answered %d, over the model's window; compressing to retry",
+            turn.key.key,
+            error.status_code,
+        )
         turn, reason = await self.conversations.recover(turn, overflow, attempt, body_bytes)
         if reason is not None:
             raise _with_reason(error, reason)
