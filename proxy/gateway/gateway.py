@@ -285,6 +285,8 @@ class Gateway:
                 if completed and relay.watch.failed is None:
                     self.conversations.after_response(measured.turn, measured.watch.usage)
                 self.metrics.finished(200 if relay.watch.failed is None else 502)
+                if relay.watch.failed is not None:
+                    log.info("session %s: %s", measured.turn.key.key, relay.watch.failed)
                 hidden = relay.filter is not None and relay.filter.hid
                 if hidden:
                     self.metrics.recall_hidden.inc()

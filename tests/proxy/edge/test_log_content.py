@@ -21,7 +21,7 @@ import openai
 from proxy.edge.logs import PlainFormatter, log_through
 from session.config.settings import LoggingSettings
 from tests.servers import ProxyServer, settings_for
-from tests.simulator import Fail, ModelSpec, Simulator
+from tests.simulator import Disconnect, Fail, ModelSpec, Simulator
 from tests.simulator.fixtures import simulator_fixture
 
 WINDOW = 8192
@@ -134,6 +134,14 @@ def test_each_refusal_and_upstream_error_gets_one_line(sim: Simulator, db_path: 
             timeout=10,
         )
         missing = httpx.get(f"http://127.0.0.1:{proxy.port}/nowhere", timeout=10)
+        sim.enqueue(Disconnect(after_chunks=2))
+        body = {
+            "model": "gpt-4o-mini",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        with httpx.stream("POST", url, json=body, timeout=10) as streamed:
+            streamed.read()
     assert (bad.status_code, failed.status_code, missing.status_code) == (400, 503, 404)
     lines = stream.getvalue().splitlines()
     refused = [line for line in lines if "ctxgate.requests" in line]
@@ -141,4 +149,6 @@ def test_each_refusal_and_upstream_error_gets_one_line(sim: Simulator, db_path: 
     assert "POST /v1/chat/completions -> 400 invalid_request_error: " in refused[0]
     assert "-> 503 from the upstream, relayed" in refused[1]
     assert "GET /nowhere -> 404 not_found_error" in refused[2]
+    broken = [line for line in lines if "stream broke" in line or "without finishing" in line]
+    assert len(broken) == 1, lines
     assert MARKER not in stream.getvalue()
