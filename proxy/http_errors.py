@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 
 from session.errors import BadRequest, ProxyError, UpstreamStatus
+
+log = logging.getLogger("ctxgate.requests")
 
 
 def error_response(
@@ -40,3 +43,12 @@ def invalid_request(exc: RequestValidationError) -> BadRequest:
     where, name = (loc[0], ".".join(loc[1:])) if len(loc) > 1 else ("request", "")
     message = f"{first.get('msg', 'Invalid value')} ({where} parameter '{name}')."
     return BadRequest(message, param=name or None)
+
+
+def log_refusal(method: str, path: str, exc: ProxyError) -> None:
+    """One info line for each request answered with an error: who said no and why. Never the
+    request's content: the path without its query (a Gemini key may ride there)."""
+    if isinstance(exc, UpstreamStatus):
+        log.info("%s %s -> %d from the upstream, relayed", method, path, exc.status_code)
+    else:
+        log.info("%s %s -> %d %s: %s", method, path, exc.status_code, exc.type, exc.message)

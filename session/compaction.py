@@ -198,6 +198,7 @@ class Compactor:
             duration_ms = (time.perf_counter() - started) * 1000
             if result.outcome != "skipped":
                 self.observe(trigger, result.outcome, result.tokens_before, result.tokens_after)
+            _log_outcome(turn, trigger, result, duration_ms)
             if result.outcome not in COMMITTED:
                 await self._record_miss(turn, trigger, result, duration_ms)
                 missed = replace(turn, state=result.state)
@@ -295,6 +296,22 @@ class Compactor:
             await self.store.save_engine_state(turn.key, result.state.to_json())
         except StorageError as exc:
             log.warning("could not record a compression attempt: %s", exc)
+
+
+def _log_outcome(turn: Turn, trigger: str, result: CompressionResult, duration_ms: float) -> None:
+    """One info line per compression that ran: figures and outcome, never content (an error's
+    text may quote the summary model's answer)."""
+    if result.outcome == "skipped":
+        return
+    log.info(
+        "session %s: compression (%s) %s: %d -> %d tokens in %.0f ms",
+        turn.key.key,
+        trigger,
+        result.outcome,
+        result.tokens_before,
+        result.tokens_after,
+        duration_ms,
+    )
 
 
 def _origins(turn: Turn) -> Sources:

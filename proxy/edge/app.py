@@ -26,7 +26,7 @@ from proxy.edge.relay import router as relay_router
 from proxy.edge.responses_routes import router as responses_router
 from proxy.edge.routes import header_dict, read_request_body, router
 from proxy.edge.services import Services, build_engine, start_services
-from proxy.http_errors import error_response, invalid_request
+from proxy.http_errors import error_response, invalid_request, log_refusal
 from session.config.settings import Settings
 from session.errors import ProxyError
 from storage import SessionStore
@@ -36,6 +36,7 @@ log = logging.getLogger("ctxgate")
 
 async def on_proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
+    log_refusal(request.method, request.url.path, exc)
     services = getattr(request.app.state, "services", None)
     if services is not None:
         services.metrics.finished(exc.status_code)
@@ -47,7 +48,9 @@ async def on_proxy_error(request: Request, exc: Exception) -> Response:
 
 async def on_validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    return error_response(invalid_request(exc))
+    error = invalid_request(exc)
+    log_refusal(request.method, request.url.path, error)
+    return error_response(error)
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:
@@ -55,6 +58,7 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     error = ProxyError(str(exc.detail))
     error.status_code = exc.status_code
     error.type = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    log_refusal(request.method, request.url.path, error)
     return error_response(error)
 
 

@@ -22,7 +22,7 @@ def _serve(args: argparse.Namespace) -> int:
     from proxy.edge.logs import configure_logging
 
     settings = load_settings(args.config)
-    configure_logging(settings.logging.level, settings.logging.json)
+    configure_logging(settings.logging)
     host = args.host or settings.server.host
     port = args.port or settings.server.port
     if not settings.auth.keys and host not in ("127.0.0.1", "localhost", "::1"):

@@ -1,4 +1,13 @@
-"""Structured logs: one JSON object per line, secrets redacted before anything is written."""
+"""Logs: one JSON object (or plain line) per record; credentials redacted before anything is
+written, and no conversation content unless `logging.log_content` is on.
+
+Content is message text, tool arguments and results, and credentials. ctxgate's own lines are
+written without it (session ids, counts, triggers, reasons). Third-party libraries are not:
+database drivers print the parameters of every statement at debug level, which hold archived
+messages and search terms. Their records below WARNING keep their message and lose their
+arguments, unless `log_content` is on; SQLAlchemy is told to hide parameters in any case
+(`storage.database`).
+"""
 
 from __future__ import annotations
 
@@ -6,59 +15,158 @@ import json
 import logging
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 
+from session.config.settings import LoggingSettings
+
 _MASK = "[redacted]"
-_VALUE = r"[^\s\"'&,;<>]{3,}"
+_VALUE = r"[^\s\"'&,;<>\\]{3,}"
 _KEY_NAMES = (
     r"api[_-]?key|x[_-]api[_-]key|access[_-]?key(?:[_-]id)?|secret[_-]?access[_-]?key|"
     r"aws[_-]secret[_-]access[_-]key|client[_-]?secret|secret|passwd|password|pwd|passphrase|"
     r"(?:access|refresh|auth|id|session|bearer)[_-]?token|token|private[_-]?key|credentials?|"
     r"sig|signature"
 )
-# (pattern, replacement): each keeps the name of what it masks so the line stays readable.
-_RULES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
-    # PEM private keys, whole.
-    (
-        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
-        "-----PRIVATE KEY " + _MASK + "-----",
-    ),
-    # Authorization headers, with or without a scheme (Bearer, Basic, Token, AWS4-HMAC…).
-    (
-        re.compile(
-            r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)"
-            r"(?:(bearer|basic|token|digest|aws4-hmac-sha256|negotiate)\s+)?"
-            r"[^\s\"',;]+"
-        ),
-        lambda m: f"{m.group(1)}{m.group(2) + ' ' if m.group(2) else ''}{_MASK}",
-    ),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}"), r"\1 " + _MASK),
-    # name=value, name: value, "name": "value" (JSON, query strings, env files, headers).
-    (
-        re.compile(rf"(?i)\b((?:{_KEY_NAMES})[\"']?\s*[:=]\s*[\"']?){_VALUE}"),
-        r"\1" + _MASK,
-    ),
-    # scheme://user:password@host
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@]+:)[^/\s@]+@"), r"\1" + _MASK + "@"),
-    # Key shapes recognisable without a name.
-    (re.compile(r"\b((?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16})\b"), _MASK),
-    (re.compile(r"\b(sk-(?:ant-|proj-)?)[A-Za-z0-9_\-]{8,}"), r"\1" + _MASK),
-    (re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"), _MASK),
-    (re.compile(r"\b(gh[pousr]_|github_pat_)[A-Za-z0-9_]{16,}"), r"\1" + _MASK),
-    (re.compile(r"\b(xox[abprs]-)[A-Za-z0-9\-]{10,}"), r"\1" + _MASK),
-    (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]+"), _MASK),
-    (re.compile(r"\b(hf_)[A-Za-z0-9]{20,}"), r"\1" + _MASK),
-)
+# A name may sit inside a longer one (`DB_PASSWORD`, `x_api_key`): `_` is no boundary for it.
+_BEFORE_NAME = r"(?<![A-Za-z0-9])"
+# What may stand between a name and its value, JSON-escaped quotes included (`password=\"x\"`).
+_ASSIGN = r"(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?"
+Replacement = str | Callable[[re.Match[str]], str]
 
 
-def redact(text: str) -> str:
-    """Mask credentials that slipped into a log line: header values, name=value pairs in any
-    notation, URL passwords, and keys with a recognisable shape (OpenAI, Anthropic, AWS, Google,
-    GitHub, Slack, Hugging Face, JWTs, PEM blocks)."""
-    for pattern, replacement in _RULES:
-        text = pattern.sub(replacement, text)
-    return text
+class Redactor:
+    """Masks credentials in a line, and remembers what it masked so that copies of a secret
+    made elsewhere (lower-cased, cut into search terms) are masked too."""
+
+    _KEPT = 4096
+
+    def __init__(self) -> None:
+        self._seen: dict[str, None] = {}
+        self._lock = threading.Lock()
+        self._copies: re.Pattern[str] | None = None
+        self._rules: tuple[tuple[re.Pattern[str], Replacement], ...] = self._build_rules()
+
+    def __call__(self, text: str) -> str:
+        for pattern, replacement in self._rules:
+            text = pattern.sub(replacement, text)
+        copies = self._copies
+        return copies.sub(_MASK, text) if copies is not None else text
+
+    def remember(self, secret: str) -> None:
+        """Mask `secret`, and each of its words long or mixed enough to be its own, from now on."""
+        pieces = [secret.lower(), *(w.lower() for w in re.findall(r"[A-Za-z0-9]+", secret))]
+        fresh = [p for p in dict.fromkeys(pieces) if _distinctive(p) and p not in self._seen]
+        if not fresh:
+            return
+        with self._lock:
+            for piece in fresh:
+                self._seen[piece] = None
+            while len(self._seen) > self._KEPT:
+                del self._seen[next(iter(self._seen))]
+            words = sorted(self._seen, key=len, reverse=True)
+            alternatives = "|".join(re.escape(w) for w in words)
+            self._copies = re.compile(rf"(?i)(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])")
+
+    def _keep(self, group: int, mask: str = _MASK) -> Callable[[re.Match[str]], str]:
+        """A replacement keeping the text before group `group`, remembering the group."""
+
+        def replace(match: re.Match[str]) -> str:
+            self.remember(match.group(group))
+            return match.string[match.start() : match.start(group)] + mask
+
+        return replace
+
+    def _whole(self, match: re.Match[str]) -> str:
+        self.remember(match.group())
+        return _MASK
+
+    def _build_rules(self) -> tuple[tuple[re.Pattern[str], Replacement], ...]:
+        keep, whole = self._keep, self._whole
+        return (
+            # PEM private keys, whole.
+            (
+                re.compile(
+                    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S
+                ),
+                "-----PRIVATE KEY " + _MASK + "-----",
+            ),
+            # Authorization headers, with or without a scheme (Bearer, Basic, Token, AWS4-HMAC…).
+            (
+                re.compile(
+                    r"(?i)\b(?:proxy-)?authorization"
+                    + _ASSIGN
+                    + r"(?:(?:bearer|basic|token|digest|aws4-hmac-sha256|negotiate)\s+)?"
+                    r"([^\s\"',;\\]+)"
+                ),
+                keep(1),
+            ),
+            (re.compile(r"(?i)\b(?:bearer|basic)\s+([A-Za-z0-9._~+/=\-]{6,})"), keep(1)),
+            # name=value, name: value, "name": "value" (JSON, query strings, env files, headers).
+            (re.compile(rf"(?i){_BEFORE_NAME}(?:{_KEY_NAMES}){_ASSIGN}({_VALUE})"), keep(1)),
+            # A query string's bare `key=` (Google's API key parameter).
+            (re.compile(r"(?i)[?&;]key=([^\s&\"'#]{3,})"), keep(1)),
+            # scheme://user:password@host
+            (re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^/\s:@]+:([^/\s@]+)@"), keep(1, _MASK + "@")),
+            # Key shapes recognisable without a name, in either case (search terms are lower case).
+            (re.compile(r"(?i)\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"), whole),
+            (re.compile(r"\bsk-(?:ant-|proj-)?([A-Za-z0-9_\-]{8,})"), keep(1)),
+            (re.compile(r"(?i)\bAIza[0-9A-Za-z_\-]{30,}"), whole),
+            (re.compile(r"(?i)\b(?:gh[pousr]_|github_pat_)([A-Za-z0-9_]{16,})"), keep(1)),
+            (re.compile(r"(?i)\bxox[abprs]-([A-Za-z0-9\-]{10,})"), keep(1)),
+            (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]+"), whole),
+            (re.compile(r"(?i)\bhf_([A-Za-z0-9]{20,})"), keep(1)),
+        )
+
+
+def _distinctive(word: str) -> bool:
+    """Long, or letters mixed with digits: a word that names this secret, not a common one."""
+    if len(word) >= 12:
+        return True
+    mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+    return len(word) >= 5 and mixed
+
+
+redact = Redactor()
+"""Mask credentials that slipped into a log line: header values, name=value pairs in any
+notation, URL passwords, and keys with a recognisable shape (OpenAI, Anthropic, AWS, Google,
+GitHub, Slack, Hugging Face, JWTs, PEM blocks); and later copies of each in any case."""
+
+# Loggers whose lines carry no content: ctxgate's own, the server's, and the HTTP client's
+# (a method, a URL whose query is redacted, a status; never a body).
+_OWN = ("ctxgate", "uvicorn", "httpx", "httpcore")
+# Libraries whose debug lines repeat what the database or the wire carries, whatever the
+# setting: the driver's per-call lines hold each statement's parameters.
+_ALWAYS_WITHHELD = ("aiosqlite", "asyncpg", "hpack", "h2", "multipart", "python_multipart")
+_WITHHELD = "[arguments withheld: logging.log_content is off]"
+
+
+class ContentGuard(logging.Filter):
+    """Keeps content out of other libraries' records below WARNING: their message stays, their
+    arguments (a statement's parameters, a body, a header's value) go."""
+
+    def __init__(self, log_content: bool) -> None:
+        super().__init__()
+        self.log_content = log_content
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING or _is_own(record.name):
+            return True
+        if self.log_content and not _is_under(record.name, _ALWAYS_WITHHELD):
+            return True
+        if record.args:
+            record.msg = f"{record.msg} {_WITHHELD}"
+            record.args = None
+        return True
+
+
+def _is_own(name: str) -> bool:
+    return _is_under(name, _OWN)
+
+
+def _is_under(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in roots)
 
 
 class JsonFormatter(logging.Formatter):
@@ -87,18 +195,19 @@ class PlainFormatter(logging.Formatter):
         return redact(line)
 
 
-def configure_logging(level: str, as_json: bool) -> None:
+def configure_logging(settings: LoggingSettings) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if as_json else PlainFormatter())
-    log_through(handler, level)
+    handler.setFormatter(JsonFormatter() if settings.json else PlainFormatter())
+    log_through(handler, settings)
 
 
-def log_through(handler: logging.Handler, level: str) -> None:
-    """Every log line, uvicorn's too, goes through `handler` alone (access lines only from
-    WARNING)."""
+def log_through(handler: logging.Handler, settings: LoggingSettings) -> None:
+    """Every log line, uvicorn's and the libraries' too, goes through `handler` alone, past the
+    content guard (access lines only from WARNING)."""
+    handler.addFilter(ContentGuard(settings.log_content))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(settings.level.upper())
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True

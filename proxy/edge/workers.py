@@ -309,7 +309,7 @@ class Supervisor:
 
 def run_worker(job: WorkerJob) -> None:
     """A worker's main: serve its socket until SIGTERM, drain, exit 0 (3: it never started)."""
-    configure_logging(job.settings.logging.level, job.settings.logging.json)
+    configure_logging(job.settings.logging)
     stop = _Stop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)

@@ -137,6 +137,11 @@ class Gateway:
         if overflow is None:
             raise error
         self.metrics.overflow()
+        log.info(
+            "session %s: the upstream answered %d, over the model's window; compressing to retry",
+            turn.key.key,
+            error.status_code,
+        )
         turn, reason = await self.conversations.recover(turn, overflow, attempt, body_bytes)
         if reason is not None:
             raise _with_reason(error, reason)
@@ -280,6 +285,8 @@ class Gateway:
                 if completed and relay.watch.failed is None:
                     self.conversations.after_response(measured.turn, measured.watch.usage)
                 self.metrics.finished(200 if relay.watch.failed is None else 502)
+                if relay.watch.failed is not None:
+                    log.info("session %s: %s", measured.turn.key.key, relay.watch.failed)
                 hidden = relay.filter is not None and relay.filter.hid
                 if hidden:
                     self.metrics.recall_hidden.inc()

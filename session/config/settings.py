@@ -255,7 +255,9 @@ class LoggingSettings:
     """One JSON object per line; `false`: plain text lines."""
     log_content: bool = False
     """Log the messages forwarded upstream (after compression) at info level, one line per
-    request. Off by default: conversations hold whatever users and tools put in them."""
+    request. Off by default: conversations hold whatever users and tools put in them, and no
+    line holds any of it at any level (other libraries' debug lines keep their message and
+    lose their arguments). Credentials are masked either way, in every copy."""
 
 
 @dataclass(frozen=True, slots=True)

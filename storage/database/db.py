@@ -71,7 +71,8 @@ class Database:
             parsed = make_url(url)
             if parsed.get_backend_name() == "sqlite":
                 _prepare_sqlite_path(parsed)
-            engine = create_async_engine(parsed)
+            # Statement parameters are conversation content: out of logs and error texts.
+            engine = create_async_engine(parsed, hide_parameters=True)
             if engine.dialect.name != "sqlite":
                 return cls(engine)
             _install_sqlite_hooks(engine)

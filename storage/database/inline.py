@@ -142,6 +142,7 @@ class InlineSQLite:
         self._engine: Engine = create_engine(
             url.set(drivername="sqlite"),
             poolclass=StaticPool,
+            hide_parameters=True,
             isolation_level="AUTOCOMMIT",
             # timeout is sqlite3's busy timeout: fail at once rather than block the loop.
             connect_args={"timeout": 0, "check_same_thread": False},

@@ -26,7 +26,7 @@ from proxy.config_file import parse_settings
 from proxy.edge.app import CtxgateApp, create_app
 from proxy.edge.logs import PlainFormatter, log_through
 from proxy.edge.services import Services
-from session.config.settings import APIS, Settings
+from session.config.settings import APIS, LoggingSettings, Settings
 
 OPENAI_DEFAULT = "https://api.openai.com/v1"
 ANTHROPIC_DEFAULT = "https://api.anthropic.com"
@@ -106,11 +106,11 @@ def free_port() -> int:
         return port
 
 
-def log_to_file(path: Path, level: str) -> None:
+def log_to_file(path: Path, settings: LoggingSettings) -> None:
     """The server's log goes to a file: the agent owns the terminal."""
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(PlainFormatter())
-    log_through(handler, level)
+    log_through(handler, settings)
 
 
 class EmbeddedServer:

@@ -118,7 +118,7 @@ def run(options: RunOptions, environ: Mapping[str, str], stderr: TextIO = sys.st
     else:
         settings = run_settings(environ, home, agent_for(argv[0]).provider, port)
     log_path = home / "run.log"
-    log_to_file(log_path, settings.logging.level)
+    log_to_file(log_path, settings.logging)
     server = _embedded(settings, port)
     try:
         server.start()

@@ -95,3 +95,29 @@ def test_logged_content_is_redacted_end_to_end(sim: Simulator, db_path: str) -> 
     for secret in ("AKIAIOSFODNN7EXAMPLE", "hunter2", "tok_live_0123456789"):
         assert secret not in forwarded[0]
     assert "AWS_ACCESS_KEY_ID" in forwarded[0]  # what was masked stays recognisable
+
+
+@pytest.mark.parametrize(
+    ("line", "secret"),
+    [
+        ("export DB_PASSWORD=hunter2x9", "hunter2x9"),
+        ("settings.x_api_key: 0123abcd9876", "0123abcd9876"),
+        ('{"content": "login password=\\"s3cr3t-pw\\" please"}', "s3cr3t-pw"),
+        ("GET /v1beta/models/m:generateContent?alt=sse&key=my-gemini-key-42", "my-gemini-key-42"),
+        ("search terms: akiaiosfodnn7example aizasya1234567890abcdefghijklmnopqrstu", "akiaios"),
+        ("search terms: ghp_abcdefghijklmnopqrstuvwxyz0123456789", "abcdefghijkl"),
+    ],
+)
+def test_names_inside_longer_names_escaped_quotes_and_lower_case_copies(
+    line: str, secret: str
+) -> None:
+    assert secret not in redact(line)
+
+
+def test_a_masked_secret_is_masked_again_wherever_a_copy_of_it_turns_up() -> None:
+    assert "Qz9xWv7Lp2Rt" not in redact("token=sk-proj-Qz9xWv7Lp2Rt88aa and DB_PASS: n0tInRules")
+    # The search index's copies: lower case, cut at punctuation.
+    later = redact("terms: proj qz9xwv7lp2rt88aa sk-proj-qz9xwv7lp2rt88aa")
+    assert "qz9xwv7lp2rt88aa" not in later
+    # Common words of a secret are not remembered as secrets of their own.
+    assert redact("the project is fine") == "the project is fine"
