@@ -4,7 +4,7 @@
 # dashboard's files inside the ctxgate package; nothing is fetched at run time.
 
 # The base: any image with Python 3.11+ whose `python` and `pip` come first on PATH. Offline,
-# scripts/docker-test-env.sh makes one from Debian's packages (see README, Docker).
+# scripts/docker-test-env.sh makes one from Debian's packages (see docs/deployment.md).
 ARG BASE_IMAGE=python:3.11-slim
 
 # -- build: every wheel, so the runtime stage needs neither compilers nor the network ----------

@@ -38,7 +38,8 @@ REPLACED = {
 @dataclass(frozen=True, slots=True)
 class CompressorOptions:
     # The string under an option the config sets on `compression` itself is its description in
-    # the configuration reference that scripts/config_reference.py writes into README.md.
+    # the configuration reference that scripts/config_reference.py writes into
+    # docs/configuration-reference.md.
     threshold: float = 0.50
     """Agent threshold as a share of the effective window (context minus output reservation),
     with a 64K-token floor capped at 85% of that window."""

@@ -22,7 +22,8 @@ COMPRESSION_KEYS = ("threshold", "hygiene_threshold", "hygiene_max_messages")
 
 
 # Each field's docstring (the string literal under it) is its one-line description in the
-# configuration reference that scripts/config_reference.py writes into README.md.
+# configuration reference that scripts/config_reference.py writes into
+# docs/configuration-reference.md.
 
 
 @dataclass(frozen=True, slots=True)
