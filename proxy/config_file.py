@@ -27,6 +27,7 @@ from session.config.reader import SettingsError as SettingsError  # raised by lo
 from session.config.settings import (
     APIS,
     COMPRESSION_KEYS,
+    OPTION_HOMES,
     AuthSettings,
     CompressionSettings,
     LoggingSettings,
@@ -242,10 +243,12 @@ def _compressor(r: Reader, options: Mapping[str, Any]) -> CompressorOptions:
     that every bad option is reported (an option's check does not depend on the others)."""
     names = [item.name for item in fields(CompressorOptions)]
     for key in options:
-        if key in _HOMES:
+        if key in OPTION_HOMES:
             where = f"compression.options.{key}"
-            r.fail(None, f"this setting lives at {_HOMES[key]}; set it there instead", path=where)
-    given = {k: v for k, v in options.items() if k not in _HOMES} | _compression_keys(r)
+            r.fail(
+                None, f"this setting lives at {OPTION_HOMES[key]}; set it there instead", path=where
+            )
+    given = {k: v for k, v in options.items() if k not in OPTION_HOMES} | _compression_keys(r)
     good: dict[str, Any] = {}
     for name, value in given.items():
         near = close_match(str(name), names)
@@ -292,15 +295,6 @@ def _shadow(r: Reader) -> ShadowSettings:
         r.fail("sample_rate", "must be in [0, 1]")
     r.done()
     return out
-
-
-# Built-in engine options that have their home elsewhere in the config.
-_HOMES = {
-    **{name: f"compression.{name}" for name in COMPRESSION_KEYS},
-    "summary_model": "compression.summary.model",
-    "summary_timeout": "compression.summary.timeout_s",
-    "summary_model_context_length": "compression.summary.context_length",
-}
 
 
 def _auth(r: Reader) -> AuthSettings:

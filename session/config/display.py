@@ -14,7 +14,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from session.config.settings import COMPRESSION_KEYS, Settings
+from session.config.settings import COMPRESSION_KEYS, OPTION_HOMES, Settings
 
 MASK = "****"
 _SECRET_HEADER_WORDS = ("authorization", "key", "token", "secret", "cookie", "password")
@@ -76,10 +76,11 @@ def _secret_header(name: str) -> bool:
 
 def _compression(section: dict[str, Any]) -> dict[str, Any]:
     """The checked compressor options back where the file sets them: three keys on
-    `compression` itself, the rest in `options` (for the built-in engine)."""
+    `compression` itself, the rest in `options` (for the built-in engine), but those set in
+    `compression.summary`, which shows them."""
     compressor: dict[str, Any] = section.pop("compressor")
     for key in COMPRESSION_KEYS:
         section[key] = compressor.pop(key)
     if section["engine"] == "compressor":
-        section["options"] = compressor
+        section["options"] = {k: v for k, v in compressor.items() if k not in OPTION_HOMES}
     return section

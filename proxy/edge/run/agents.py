@@ -166,7 +166,7 @@ AGENTS: dict[str, AgentSpec] = {
             "openai",
             "OPENAI_API_BASE, ANTHROPIC_API_BASE",
             _aider,
-            "python -m pip install aider-install && aider-install",
+            "pipx install aider-chat",
         ),
         AgentSpec(
             "opencode",
