@@ -22,7 +22,7 @@ import yaml
 from compression import CompressorOptions
 from session.config.environment import zero_config_document
 from session.config.prices import DEFAULT_PRICES, Price, read_prices
-from session.config.reader import Problems, Reader, close_match, interpolate
+from session.config.reader import Problems, Reader, close_match, did_you_mean, interpolate
 from session.config.reader import SettingsError as SettingsError  # raised by load_settings
 from session.config.settings import (
     APIS,
@@ -166,8 +166,7 @@ def _apis(r: Reader) -> tuple[str, ...]:
     raw = r.get("apis", list, ["chat", "responses"])
     unknown = [api for api in raw if api not in APIS]
     if unknown or not raw:
-        near = [close_match(str(api), APIS) for api in unknown]
-        hint = "; did you mean " + ", ".join(n for n in near if n) + "?" if any(near) else ""
+        hint = "".join(did_you_mean(str(api), APIS) for api in unknown)
         r.fail("apis", f"expected a non-empty list of {', '.join(APIS)}, got {raw!r}{hint}")
         return ("chat", "responses")
     return tuple(dict.fromkeys(raw))
@@ -184,8 +183,7 @@ def _models(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[Mo
         r = root.item(item, f"models[{i}]")
         upstream = r.get("upstream", str, next(iter(upstreams), ""))
         if upstreams and upstream not in upstreams:
-            near = close_match(upstream, upstreams)
-            r.fail("upstream", f"unknown upstream {upstream!r}" + _did_you_mean(near))
+            r.fail("upstream", f"unknown upstream {upstream!r}" + did_you_mean(upstream, upstreams))
         rules.append(
             ModelRule(
                 match=r.get("match", str, "*"),
@@ -218,8 +216,8 @@ def _compression(r: Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compre
     c.done()
     shadow = _shadow(r.child("shadow"))
     if summary.upstream != "auto" and upstreams and summary.upstream not in upstreams:
-        near = close_match(summary.upstream, upstreams)
-        s.fail("upstream", f"unknown upstream {summary.upstream!r}" + _did_you_mean(near))
+        hint = did_you_mean(summary.upstream, upstreams)
+        s.fail("upstream", f"unknown upstream {summary.upstream!r}{hint}")
     engine: str = r.get("engine", str, d.engine)
     raw_options = dict(r.get("options", dict, {}))
     out = CompressionSettings(
@@ -263,10 +261,6 @@ def _compressor(r: Reader, options: Mapping[str, Any]) -> CompressorOptions:
             continue
         good[name] = value
     return CompressorOptions.from_mapping(good, key=_key_of)
-
-
-def _did_you_mean(near: str | None) -> str:
-    return f"; did you mean {near}?" if near else ""
 
 
 def _compression_keys(r: Reader) -> dict[str, Any]:

@@ -66,6 +66,12 @@ def close_match(word: str, choices: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """ "; did you mean X?" for the choice `word` most likely misspells, else ""."""
+    near = close_match(word, choices)
+    return f"; did you mean {near}?" if near else ""
+
+
 class Problems:
     """Every problem of one document, in the order found, and the `${VAR}`s it names that are
     unset (by the dotted path of the value naming them)."""
@@ -160,8 +166,7 @@ class Reader:
     def done(self) -> None:
         """Every key nobody asked for is a problem, with the known key it most resembles."""
         for key in self.unknown():
-            near = close_match(str(key), self.used)
-            self.fail(str(key), f"unknown key; did you mean {near}?" if near else "unknown key")
+            self.fail(str(key), "unknown key" + did_you_mean(str(key), self.used))
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:

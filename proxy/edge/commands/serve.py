@@ -38,6 +38,9 @@ def main(args: argparse.Namespace) -> int:
     configure_logging(settings.logging.level, settings.logging.json)
     host = args.host or settings.server.host
     port = args.port or settings.server.port
+    workers = settings.server.workers
+    if args.workers is not None:
+        workers = worker_count(args.workers, "--workers")
     where = Origins.of(settings, args.config, environ)
     loops = self_pointing(settings, host, port, socket.gethostname())
     if loops:
@@ -55,9 +58,6 @@ def main(args: argparse.Namespace) -> int:
         )
     for line in startup_lines(settings, where):
         log.info("%s", line)
-    workers = settings.server.workers
-    if args.workers is not None:
-        workers = worker_count(args.workers, "--workers")
     if workers > 1:
         from proxy.edge.workers import serve_workers
 
