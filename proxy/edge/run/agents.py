@@ -16,9 +16,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Literal
 
-Provider = Literal["openai", "anthropic", "gemini"]
+from session.config.environment import Provider
 
 
 @dataclass(frozen=True, slots=True)
