@@ -80,8 +80,17 @@ class Problems:
         self.messages: list[str] = []
         self.unset: dict[str, list[str]] = dict(unset or {})
 
+    def under(self, key: str) -> list[str]:
+        """The unset variables named by `key`'s value or by any value inside it."""
+        return [
+            name
+            for path, names in self.unset.items()
+            if path == key or path.startswith((f"{key}.", f"{key}["))
+            for name in names
+        ]
+
     def add(self, key: str, problem: str) -> None:
-        variables = self.unset.get(key)
+        variables = self.under(key)
         if variables:
             names = ", ".join(f"${{{name}}}" for name in variables)
             problem += f" ({names} {'is' if len(variables) == 1 else 'are'} not set)"

@@ -49,7 +49,7 @@ def check_file(path: str | None, environ: Mapping[str, str], out: TextIO) -> int
         f"{key}: ${{{name}}} is not set (read as empty)"
         for key, names in problems.unset.items()
         for name in names
-        if not any(message.startswith(f"{key}:") for message in messages)
+        if not any(f"${{{name}}}" in message for message in messages)
     ]
     if messages:
         count = f"{len(messages)} problem{'s' if len(messages) > 1 else ''}"

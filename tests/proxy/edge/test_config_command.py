@@ -224,3 +224,16 @@ def test_without_a_file_config_reads_the_zero_config_environment(args: tuple[str
         assert document["upstreams"]["anthropic"]["base_url"] == "http://a.example/v1"
         assert document["upstreams"]["anthropic"]["api_key"] == "****cdef"
         assert "sk-ant-0123456789" not in done.stdout
+
+
+def test_an_unset_variable_inside_a_list_is_named_by_the_lists_problem(tmp_path: Path) -> None:
+    code, report = checked(
+        tmp_path,
+        "upstreams: {a: {base_url: 'http://x/v1'}}\nmodels: [{match: '*'}]\n"
+        "auth: {keys: ['${CLIENT_KEY}']}\n",
+    )
+    assert code == 2
+    assert problems(report) == [
+        "auth.keys: expected a list of non-empty strings (${CLIENT_KEY} is not set)"
+    ]
+    assert "note:" not in report
