@@ -237,3 +237,10 @@ def test_an_unset_variable_inside_a_list_is_named_by_the_lists_problem(tmp_path:
         "auth.keys: expected a list of non-empty strings (${CLIENT_KEY} is not set)"
     ]
     assert "note:" not in report
+
+
+@pytest.mark.parametrize("shipped", ["config.example.yaml", "deploy/config.docker.yaml"])
+def test_the_shipped_config_files_pass_the_check(shipped: str) -> None:
+    out = io.StringIO()
+    assert check_file(str(ROOT / shipped), {}, out) == 0, out.getvalue()
+    assert out.getvalue().splitlines()[0].endswith(": valid")
