@@ -11,11 +11,31 @@ Below them all is the session core (`session/`), which holds the conversation lo
 contracts the doors and the provider implement. `proxy.config_file` reads the configuration
 and `proxy.http_errors` maps errors to HTTP; both are shared by every stage and import none of them.
 `tests/test_architecture.py` holds the subpackages to the `May import` line of their
-docstrings, and fails on any import circle.
+docstrings, and fails on any import circle. The names below are imported on first use.
 """
 
-from proxy.config_file import load_settings
-from proxy.edge.app import create_app
-from session.config.settings import Settings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from proxy.config_file import load_settings
+    from proxy.edge.app import create_app
+    from session.config.settings import Settings
 
 __all__ = ["Settings", "create_app", "load_settings"]
+
+# Imported when first asked for: every `proxy.*` import runs this file, and the `ctxgate`
+# command's parser (its `--help`) must not pay for the web framework and the database.
+_HOMES = {
+    "Settings": "session.config.settings",
+    "create_app": "proxy.edge.app",
+    "load_settings": "proxy.config_file",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'proxy' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -1,9 +1,11 @@
 """The configuration file, read into `Settings` once at start-up.
 
 `load_settings(path, environ)` is the only place that reads the environment. It parses the
-YAML file, interpolates `${VAR}` / `${VAR:-default}` from `environ`, validates every key and
-returns the frozen dataclasses of session/config/settings.py. Any problem raises
-`SettingsError` naming the key.
+YAML file (or, without one, builds the zero-config document from the environment:
+session/config/environment.py), interpolates `${VAR}` / `${VAR:-default}` from `environ`,
+validates every key and returns the frozen dataclasses of session/config/settings.py. The whole
+document is checked before anything is refused: `SettingsError` carries every problem, each
+naming its key, and `ctxgate config check` reports the same list through `check_document`.
 """
 
 from __future__ import annotations
@@ -11,18 +13,21 @@ from __future__ import annotations
 import os
 import typing
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from compression import CompressorOptions
-from session.config.prices import read_prices
-from session.config.reader import Reader, interpolate
+from session.config.environment import zero_config_document
+from session.config.prices import DEFAULT_PRICES, Price, read_prices
+from session.config.reader import Problems, Reader, close_match, did_you_mean, interpolate
 from session.config.reader import SettingsError as SettingsError  # raised by load_settings
 from session.config.settings import (
     APIS,
     COMPRESSION_KEYS,
+    OPTION_HOMES,
     AuthSettings,
     CompressionSettings,
     LoggingSettings,
@@ -49,29 +54,40 @@ def _server(r: Reader) -> ServerSettings:
         body_timeout_s=r.positive("body_timeout_s", float, d.body_timeout_s),
         parsed_request_bytes=r.get("parsed_request_bytes", int, d.parsed_request_bytes),
         upstream_client=r.get("upstream_client", str, d.upstream_client),
-        workers=worker_count(r.get("workers", (int, str), d.workers), r._key("workers")),
+        workers=_workers(r, d.workers),
     )
     if out.parsed_request_bytes < 0:
-        raise SettingsError(f"{r._key('parsed_request_bytes')}: must be 0 or more")
+        r.fail("parsed_request_bytes", "must be 0 or more")
     if out.upstream_client not in ("aiohttp", "httpx"):
-        raise SettingsError(
-            f"{r._key('upstream_client')}: must be aiohttp or httpx, got {out.upstream_client!r}"
-        )
+        r.fail("upstream_client", f"must be aiohttp or httpx, got {out.upstream_client!r}")
     r.done()
     return out
 
 
+def _workers(r: Reader, default: int) -> int:
+    value = r.get("workers", (int, str), default)
+    count = _count(value)
+    if count is None:
+        r.fail("workers", f"must be a positive integer or auto, got {value!r}")
+    return count or default
+
+
 def worker_count(value: int | str, key: str = "server.workers") -> int:
     """A worker count from the config or the command line: a positive integer or `auto`."""
+    count = _count(value)
+    if count is None:
+        raise SettingsError(f"{key}: must be a positive integer or auto, got {value!r}")
+    return count
+
+
+def _count(value: int | str) -> int | None:
     if value == "auto":
         return _usable_cores()
     try:
         count = int(value)
     except ValueError:
-        count = 0
-    if count < 1:
-        raise SettingsError(f"{key}: must be a positive integer or auto, got {value!r}")
-    return count
+        return None
+    return count if count >= 1 else None
 
 
 def _usable_cores() -> int:
@@ -86,7 +102,7 @@ def _storage(r: Reader) -> StorageSettings:
     d = StorageSettings()
     url: str = r.get("url", str, d.url)
     if not url.startswith(("sqlite+aiosqlite:", "postgresql+asyncpg:")):
-        raise SettingsError(f"{r._key('url')}: use sqlite+aiosqlite:// or postgresql+asyncpg://")
+        r.fail("url", "use sqlite+aiosqlite:// or postgresql+asyncpg://")
     out = StorageSettings(
         url=url,
         in_place=r.get("in_place", bool, d.in_place),
@@ -96,7 +112,7 @@ def _storage(r: Reader) -> StorageSettings:
         retention=_retention(r.child("retention")),
     )
     if out.session_cache_s < 0:
-        raise SettingsError(f"{r._key('session_cache_s')}: must be 0 or more")
+        r.fail("session_cache_s", "must be 0 or more")
     r.done()
     return out
 
@@ -109,7 +125,7 @@ def _retention(r: Reader) -> RetentionSettings:
         interval_s=r.positive("interval_s", float, d.interval_s),
     )
     if out.session_idle_days < 0:
-        raise SettingsError(f"{r._key('session_idle_days')}: must be 0 (keep) or more")
+        r.fail("session_idle_days", "must be 0 (keep) or more")
     r.done()
     return out
 
@@ -122,18 +138,16 @@ _DEFAULT_AUTH: dict[tuple[str, ...], str] = {
 
 
 def _upstream(name: str, r: Reader) -> UpstreamSettings:
-    base_url: str | None = r.get("base_url", str, None)
+    base_url: str = r.get("base_url", str, None) or ""
     if not base_url:
-        raise SettingsError(f"{r._key('base_url')}: required")
-    if not base_url.startswith(("http://", "https://")):
-        raise SettingsError(f"{r._key('base_url')}: must start with http:// or https://")
+        r.fail("base_url", "required")
+    elif not base_url.startswith(("http://", "https://")):
+        r.fail("base_url", "must start with http:// or https://")
     headers = r.get("headers", dict, {})
     apis = _apis(r)
     auth = r.get("auth", str, _DEFAULT_AUTH.get(apis, "bearer"))
     if auth not in ("bearer", "x-api-key", "x-goog-api-key"):
-        raise SettingsError(
-            f"{r._key('auth')}: must be bearer, x-api-key or x-goog-api-key, got {auth!r}"
-        )
+        r.fail("auth", f"must be bearer, x-api-key or x-goog-api-key, got {auth!r}")
     out = UpstreamSettings(
         name=name,
         base_url=base_url.rstrip("/"),
@@ -152,21 +166,24 @@ def _apis(r: Reader) -> tuple[str, ...]:
     raw = r.get("apis", list, ["chat", "responses"])
     unknown = [api for api in raw if api not in APIS]
     if unknown or not raw:
-        raise SettingsError(
-            f"{r._key('apis')}: expected a non-empty list of {', '.join(APIS)}, got {raw!r}"
-        )
+        hint = "".join(did_you_mean(str(api), APIS) for api in unknown)
+        r.fail("apis", f"expected a non-empty list of {', '.join(APIS)}, got {raw!r}{hint}")
+        return ("chat", "responses")
     return tuple(dict.fromkeys(raw))
 
 
-def _models(raw: Any, upstreams: Mapping[str, UpstreamSettings]) -> tuple[ModelRule, ...]:
+def _models(root: Reader, upstreams: Mapping[str, UpstreamSettings]) -> tuple[ModelRule, ...]:
+    root.used.add("models")
+    raw = root.data.get("models")
     if not isinstance(raw, list) or not raw:
-        raise SettingsError("models: expected a non-empty list of rules")
+        root.fail("models", "expected a non-empty list of rules")
+        return ()
     rules = []
     for i, item in enumerate(raw):
-        r = Reader(item, f"models[{i}]")
-        upstream = r.get("upstream", str, next(iter(upstreams)))
-        if upstream not in upstreams:
-            raise SettingsError(f"models[{i}].upstream: unknown upstream {upstream!r}")
+        r = root.item(item, f"models[{i}]")
+        upstream = r.get("upstream", str, next(iter(upstreams), ""))
+        if upstreams and upstream not in upstreams:
+            r.fail("upstream", f"unknown upstream {upstream!r}" + did_you_mean(upstream, upstreams))
         rules.append(
             ModelRule(
                 match=r.get("match", str, "*"),
@@ -198,8 +215,9 @@ def _compression(r: Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compre
     )
     c.done()
     shadow = _shadow(r.child("shadow"))
-    if summary.upstream != "auto" and summary.upstream not in upstreams:
-        raise SettingsError(f"compression.summary.upstream: unknown upstream {summary.upstream!r}")
+    if summary.upstream != "auto" and upstreams and summary.upstream not in upstreams:
+        hint = did_you_mean(summary.upstream, upstreams)
+        s.fail("upstream", f"unknown upstream {summary.upstream!r}{hint}")
     engine: str = r.get("engine", str, d.engine)
     raw_options = dict(r.get("options", dict, {}))
     out = CompressionSettings(
@@ -219,17 +237,30 @@ def _compression(r: Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compre
 
 def _compressor(r: Reader, options: Mapping[str, Any]) -> CompressorOptions:
     """The built-in compressor's options from the `compression` keys that set them and the
-    built-in engine's `options` table, checked once, by `CompressorOptions` itself."""
+    built-in engine's `options` table, checked by `CompressorOptions` itself, one at a time so
+    that every bad option is reported (an option's check does not depend on the others)."""
+    names = [item.name for item in fields(CompressorOptions)]
     for key in options:
-        if key in _HOMES:
-            raise SettingsError(
-                f"compression.options.{key}: this setting lives at {_HOMES[key]}; "
-                "set it there instead"
+        if key in OPTION_HOMES:
+            where = f"compression.options.{key}"
+            r.fail(
+                None, f"this setting lives at {OPTION_HOMES[key]}; set it there instead", path=where
             )
-    try:
-        return CompressorOptions.from_mapping({**options, **_compression_keys(r)}, key=_key_of)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
+    given = {k: v for k, v in options.items() if k not in OPTION_HOMES} | _compression_keys(r)
+    good: dict[str, Any] = {}
+    for name, value in given.items():
+        near = close_match(str(name), names)
+        if name not in names and near is not None:
+            r.fail(None, f"unknown option; did you mean {near}?", path=_key_of(str(name)))
+            continue
+        try:
+            CompressorOptions.from_mapping({name: value}, key=_key_of)
+        except ValueError as exc:
+            where, _, problem = str(exc).partition(": ")  # `KEY: problem`, KEY as _key_of says
+            r.fail(None, problem, path=where)
+            continue
+        good[name] = value
+    return CompressorOptions.from_mapping(good, key=_key_of)
 
 
 def _compression_keys(r: Reader) -> dict[str, Any]:
@@ -255,24 +286,16 @@ def _shadow(r: Reader) -> ShadowSettings:
         max_tokens=r.positive("max_tokens", int, d.max_tokens),
     )
     if not 0 <= out.sample_rate <= 1:
-        raise SettingsError(f"{r._key('sample_rate')}: must be in [0, 1]")
+        r.fail("sample_rate", "must be in [0, 1]")
     r.done()
     return out
-
-
-# Built-in engine options that have their home elsewhere in the config.
-_HOMES = {
-    **{name: f"compression.{name}" for name in COMPRESSION_KEYS},
-    "summary_model": "compression.summary.model",
-    "summary_timeout": "compression.summary.timeout_s",
-    "summary_model_context_length": "compression.summary.context_length",
-}
 
 
 def _auth(r: Reader) -> AuthSettings:
     keys = r.get("keys", list, [])
     if not all(isinstance(k, str) and k for k in keys):
-        raise SettingsError("auth.keys: expected a list of non-empty strings")
+        r.fail("keys", "expected a list of non-empty strings")
+        keys = []
     out = AuthSettings(keys=tuple(keys), admin_key=r.get("admin_key", str, None))
     r.done()
     return out
@@ -282,7 +305,8 @@ def _logging(r: Reader) -> LoggingSettings:
     d = LoggingSettings()
     level: str = r.get("level", str, d.level).lower()
     if level not in ("debug", "info", "warning", "error"):
-        raise SettingsError(f"logging.level: expected debug, info, warning or error, got {level!r}")
+        r.fail("level", f"expected debug, info, warning or error, got {level!r}")
+        level = d.level
     out = LoggingSettings(
         level=level,
         json=r.get("json", bool, d.json),
@@ -292,39 +316,61 @@ def _logging(r: Reader) -> LoggingSettings:
     return out
 
 
-def _default_document(environ: Mapping[str, str]) -> dict[str, Any]:
-    return {
-        "upstreams": {
-            "default": {
-                "base_url": environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",
-                "api_key": environ.get("OPENAI_API_KEY") or None,
-            }
-        },
-        "models": [{"match": "*", "upstream": "default", "context_length": 128_000}],
-    }
-
-
 def parse_settings(document: Any, environ: Mapping[str, str]) -> Settings:
-    """Validate an already-loaded YAML document into `Settings`."""
-    root = Reader(interpolate(document, environ), "")
-    ups = root.child("upstreams")
-    if not ups.data:
-        raise SettingsError("upstreams: at least one upstream is required")
-    upstreams = {name: _upstream(name, ups.child(name)) for name in ups.data}
-    root.used.add("models")
+    """Validate an already-loaded YAML document into `Settings`; every problem it has is in
+    the `SettingsError` raised."""
+    settings, problems = _read(document, environ)
+    problems.raise_any()
+    return settings
+
+
+def check_document(document: Any, environ: Mapping[str, str]) -> Problems:
+    """Every problem of a document, found by the same reading `parse_settings` does (and the
+    `${VAR}`s it names that are unset, in `unset`)."""
+    return _read(document, environ)[1]
+
+
+def _read(document: Any, environ: Mapping[str, str]) -> tuple[Settings, Problems]:
+    unset: dict[str, list[str]] = {}
+    interpolated = interpolate(document, environ, unset)
+    problems = Problems(unset)
+    root = Reader(interpolated, "", problems)
+    upstreams = _upstreams(root)
     settings = Settings(
         upstreams=upstreams,
-        models=_models(root.data.get("models"), upstreams),
+        models=_models(root, upstreams),
         server=_server(root.child("server")),
         storage=_storage(root.child("storage")),
         compression=_compression(root.child("compression"), upstreams),
         auth=_auth(root.child("auth")),
         logging=_logging(root.child("logging")),
         tokens=_tokens(root.child("tokens")),
-        prices=read_prices(root),
+        prices=_prices(root),
     )
     root.done()
-    return settings
+    return settings, problems
+
+
+def _upstreams(root: Reader) -> dict[str, UpstreamSettings]:
+    ups = root.child("upstreams")
+    if not ups.data:
+        # A misspelled `upstreams:` is reported as the unknown key it is (with the name it
+        # misspells) rather than as a missing section.
+        misspelled = [k for k in root.data if close_match(str(k), ["upstreams"]) == "upstreams"]
+        if not [k for k in misspelled if k != "upstreams"]:
+            root.fail("upstreams", "at least one upstream is required")
+        return {}
+    return {str(name): _upstream(str(name), ups.child(str(name))) for name in ups.data}
+
+
+def _prices(root: Reader) -> tuple[Price, ...]:
+    try:
+        return read_prices(root)
+    except SettingsError as exc:
+        if root.problems is None:
+            raise
+        root.problems.extend(exc)
+        return DEFAULT_PRICES
 
 
 def _tokens(r: Reader) -> TokenSettings:
@@ -333,17 +379,21 @@ def _tokens(r: Reader) -> TokenSettings:
     return out
 
 
-def load_settings(path: str | Path | None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Read `path` (YAML) or, when None, build the zero-config default from the environment."""
-    env = os.environ if environ is None else environ
+def load_document(path: str | Path | None, environ: Mapping[str, str]) -> Any:
+    """The YAML document at `path` or, when None, the zero-config one built from `environ`."""
     if path is None:
-        return parse_settings(_default_document(env), env)
+        return zero_config_document(environ)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SettingsError(f"cannot read config file {path}: {exc.strerror}") from exc
     try:
-        document = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SettingsError(f"{path}: invalid YAML: {exc}") from exc
-    return parse_settings(document, env)
+
+
+def load_settings(path: str | Path | None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read `path` (YAML) or, when None, build the zero-config default from the environment."""
+    env = os.environ if environ is None else environ
+    return parse_settings(load_document(path, env), env)

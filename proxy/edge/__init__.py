@@ -6,7 +6,8 @@ and the request body's reading (`routes.py`), the Responses API's other routes a
 (`token_count.py`), the Gemini API's routes (`gemini_routes.py`), every other `/v1` path
 relayed untouched (`relay.py`), the admin API and
 the dashboard (`admin.py`, `dashboard.py`, `static/`), and the `ctxgate` command with its
-offline `compress` and its logs (`cli.py`, `offline.py`, `logs.py`).
+offline `compress` and its logs (`cli.py`, `offline.py`, `logs.py`): cli.py builds the parser,
+each subcommand runs from its module in `commands/`, imported only when it runs.
 
 May import: proxy.gateway, proxy.doors, proxy.provider, proxy.config_file, proxy.http_errors.
 """

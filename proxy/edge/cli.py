@@ -1,127 +1,119 @@
 """The `ctxgate` command: `serve` runs the proxy, `compress` previews a compression offline,
-`run` runs an agent through an embedded proxy."""
+`run` runs an agent through an embedded proxy, `config check` / `config show` read a config file.
+
+This module only builds the parser: each subcommand is registered here with its arguments and
+the name of its handler, a module of proxy/edge/commands/ imported when that subcommand runs,
+so `ctxgate --help` (and a mistyped argument) costs no web framework, database or tokenizer.
+A subcommand is one `_add` call and one handler module.
+"""
 
 from __future__ import annotations
 
 import argparse
-import gc
-import logging
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from proxy.config_file import SettingsError, load_settings
+from proxy.edge.run.agents import agents_help
+from session.config.reader import SettingsError
 
-log = logging.getLogger("ctxgate")
+Handler = Callable[[argparse.Namespace], int]
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+def _handler(module: str, function: str = "main") -> Handler:
+    """`proxy.edge.commands.<module>.<function>`, imported when called."""
 
-    from proxy.config_file import worker_count
-    from proxy.edge.app import create_app
-    from proxy.edge.logs import configure_logging
+    def call(args: argparse.Namespace) -> int:
+        target = getattr(importlib.import_module(f"proxy.edge.commands.{module}"), function)
+        code: int = target(args)
+        return code
 
-    settings = load_settings(args.config)
-    configure_logging(settings.logging)
-    host = args.host or settings.server.host
-    port = args.port or settings.server.port
-    if not settings.auth.keys and host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning(
-            "no auth.keys configured and listening on %s: anyone who reaches this port can use "
-            "the upstream credentials configured in ctxgate",
-            host,
-        )
-    if not settings.auth.keys:
-        log.info("no auth.keys configured: clients' own Authorization is passed upstream")
-    workers = settings.server.workers
-    if args.workers is not None:
-        workers = worker_count(args.workers, "--workers")
-    if workers > 1:
-        from proxy.edge.workers import serve_workers
+    return call
 
-        return serve_workers(settings, host, port, workers, _tune_gc)
-    app = create_app(settings)
-    log.info(
-        "ctxgate listening on http://%s:%d (storage %s)",
-        host,
-        port,
-        settings.storage.url.split("://")[0],
+
+def _add(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: Handler,
+    help_text: str,
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help_text, **kwargs)
+    parser.set_defaults(run=handler)
+    return parser
+
+
+def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = _add(sub, "serve", _handler("serve"), "run the proxy")
+    serve.add_argument(
+        "--config",
+        help="YAML config file (default: zero config, every API to its provider, from "
+        "OPENAI_*, ANTHROPIC_* and GEMINI_* variables)",
     )
-    _tune_gc()
-    uvicorn.run(
-        app, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=10
-    )
-    return 0
-
-
-def _tune_gc() -> None:
-    """Keep the cyclic collector off the request path.
-
-    Parsing one agent request allocates thousands of containers, so CPython's default
-    (a young collection every 700 allocations, full ones scanning every module loaded at
-    start-up) runs collections inside most requests. Request objects are freed by reference
-    counting; only rare cycles need the collector, so it can run far less often.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
-
-
-def _compress(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from proxy.edge.offline import compress_file
-
-    settings = load_settings(args.config)
-    return asyncio.run(
-        compress_file(settings, args.file, model=args.model, force=args.force, focus=args.focus)
-    )
-
-
-def _run(args: argparse.Namespace) -> int:
-    import os
-
-    from proxy.edge.run.launcher import RunOptions, run
-
-    options = RunOptions(
-        [args.agent, *args.args], attach=args.attach, config=args.config, port=args.port
-    )
-    # The agent inherits the user's whole environment, and the embedded server's upstreams
-    # come from it the way the zero-config settings do.
-    return run(options, os.environ)  # noqa: TID251
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxgate", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the proxy")
-    serve.add_argument("--config", help="YAML config file (default: zero-config from env)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument(
         "--workers", help="processes serving the port, or auto (one per usable core); default 1"
     )
-    serve.set_defaults(run=_serve)
-    compress = sub.add_parser("compress", help="compress a chat request body offline")
+
+
+def _compress(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    compress = _add(sub, "compress", _handler("compress"), "compress a chat request body offline")
     compress.add_argument("file", help="JSON request body (or JSON lines); - for stdin")
     compress.add_argument("--config")
     compress.add_argument("--model", help="override the body's model")
     compress.add_argument("--force", action="store_true", help="compress even under threshold")
     compress.add_argument("--focus", help="topic the summary should preserve in detail")
-    compress.set_defaults(run=_compress)
-    agent = sub.add_parser(
+
+
+def _run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    agent = _add(
+        sub,
         "run",
-        help="run an agent through ctxgate (claude, codex, aider, opencode, gemini, …)",
-        description="Start ctxgate on a free loopback port (zero config: upstreams from the "
-        "usual environment variables, sessions under the user's data directory), run AGENT "
+        _handler("agent"),
+        "run an agent through ctxgate (claude, codex, aider, opencode, gemini, …)",
+        description="Start ctxgate on a free loopback port (zero config: upstreams from the\n"
+        "usual environment variables, sessions under the user's data directory), run AGENT\n"
         "pointed at it, exit with its exit code and print what ctxgate did.",
+        epilog=agents_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     agent.add_argument("--attach", metavar="URL", help="use a running ctxgate instead")
     agent.add_argument("--config", help="YAML config file instead of the zero-config settings")
     agent.add_argument("--port", type=int, help="port of the embedded ctxgate (default: free)")
     agent.add_argument("agent", metavar="AGENT", help="the agent's command")
     agent.add_argument("args", nargs=argparse.REMAINDER, help="the agent's own arguments")
-    agent.set_defaults(run=_run)
+
+
+def _config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    config = sub.add_parser("config", help="check a config file, or show the one in effect")
+    actions = config.add_subparsers(dest="action", required=True)
+    file_help = "YAML config file (default: the zero-config settings from the environment)"
+    check = _add(
+        actions,
+        "check",
+        _handler("configuration", "check"),
+        "list every problem of a config file (exit 0 valid, 2 not)",
+    )
+    check.add_argument("file", nargs="?", metavar="FILE", help=file_help)
+    show = _add(
+        actions,
+        "show",
+        _handler("configuration", "show"),
+        "print the effective configuration (defaults filled in, secrets masked)",
+    )
+    show.add_argument("file", nargs="?", metavar="FILE", help=file_help)
+
+
+SUBCOMMANDS = (_serve, _compress, _run, _config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctxgate", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for register in SUBCOMMANDS:
+        register(sub)
     return parser
 
 
@@ -130,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
     except SettingsError as exc:
-        print(f"ctxgate: invalid configuration: {exc}", file=sys.stderr)
+        print("ctxgate: invalid configuration:", file=sys.stderr)
+        print("".join(f"  {problem}\n" for problem in exc.problems), end="", file=sys.stderr)
         return 2
     except ValueError as exc:  # a passthrough or imported engine's options, checked as it loads
         print(f"ctxgate: {exc}", file=sys.stderr)

@@ -19,6 +19,13 @@ APIS = ("chat", "responses", "messages", "gemini")  # the wire APIs ctxgate has 
 # The built-in compressor's options the config sets on `compression` itself, not in its
 # `options` table: the limits every engine is judged by when it has none of its own.
 COMPRESSION_KEYS = ("threshold", "hygiene_threshold", "hygiene_max_messages")
+# Built-in compressor options the config sets elsewhere than the `options` table, and where.
+OPTION_HOMES = {
+    **{name: f"compression.{name}" for name in COMPRESSION_KEYS},
+    "summary_model": "compression.summary.model",
+    "summary_timeout": "compression.summary.timeout_s",
+    "summary_model_context_length": "compression.summary.context_length",
+}
 
 
 # Each field's docstring (the string literal under it) is its one-line description in the

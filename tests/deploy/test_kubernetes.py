@@ -180,9 +180,11 @@ def test_pod_runs_as_the_image_user_on_a_read_only_root() -> None:
 
 def test_shutdown_fits_the_grace_period() -> None:
     """preStop sleep, then SIGTERM and uvicorn's graceful drain: all before the SIGKILL."""
-    cli = (ROOT / "proxy" / "edge" / "cli.py").read_text()
-    drain = re.search(r"timeout_graceful_shutdown=(\d+)", cli)
-    assert drain, "proxy/edge/cli.py no longer passes a literal timeout_graceful_shutdown"
+    serve = (ROOT / "proxy" / "edge" / "commands" / "serve.py").read_text()
+    drain = re.search(r"timeout_graceful_shutdown=(\d+)", serve)
+    assert drain, (
+        "proxy/edge/commands/serve.py no longer passes a literal timeout_graceful_shutdown"
+    )
     command = container()["lifecycle"]["preStop"]["exec"]["command"]
     assert command[0] == "sleep"
     pre_stop = int(command[1])

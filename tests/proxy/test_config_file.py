@@ -41,7 +41,7 @@ def test_missing_variable_means_no_key() -> None:
 
 def test_no_config_file_uses_the_environment() -> None:
     settings = load_settings(None, {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
-    assert settings.upstreams["default"].base_url == "http://127.0.0.1:9/v1"
+    assert settings.upstreams["openai"].base_url == "http://127.0.0.1:9/v1"
     assert settings.rule_for("any-model") is not None
 
 
@@ -64,7 +64,7 @@ def test_no_config_file_uses_the_environment() -> None:
         ),
         (
             {"compression": {"options": {"treshold": 0.6}}},
-            "compression.options.treshold: unknown option; allowed: threshold, min_threshold",
+            "compression.options.treshold: unknown option; did you mean threshold?",
         ),
         (
             {"compression": {"options": {"cooldowns": {"timeout": [-1]}}}},

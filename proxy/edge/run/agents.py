@@ -16,9 +16,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Literal
 
-Provider = Literal["openai", "anthropic", "gemini"]
+from session.config.environment import Provider
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +37,7 @@ class AgentSpec:
     provider: Provider
     how: str  # for the README and `ctxgate run --help`
     point: Callable[[Sequence[str], str, Mapping[str, str]], Launch]
+    install: str = ""  # the public install command, for `--help` and a missing agent
 
 
 def _claude(argv: Sequence[str], base: str, environ: Mapping[str, str]) -> Launch:
@@ -146,14 +146,51 @@ def _other(argv: Sequence[str], base: str, environ: Mapping[str, str]) -> Launch
 AGENTS: dict[str, AgentSpec] = {
     spec.name: spec
     for spec in (
-        AgentSpec("claude", "anthropic", "ANTHROPIC_BASE_URL", _claude),
-        AgentSpec("codex", "openai", "`-c model_providers.ctxgate…` overrides", _codex),
-        AgentSpec("aider", "openai", "OPENAI_API_BASE, ANTHROPIC_API_BASE", _aider),
-        AgentSpec("opencode", "openai", "OPENCODE_CONFIG_CONTENT (provider baseURL)", _opencode),
-        AgentSpec("gemini", "gemini", "GOOGLE_GEMINI_BASE_URL", _gemini),
+        AgentSpec(
+            "claude",
+            "anthropic",
+            "ANTHROPIC_BASE_URL",
+            _claude,
+            "npm install -g @anthropic-ai/claude-code",
+        ),
+        AgentSpec(
+            "codex",
+            "openai",
+            "`-c model_providers.ctxgate…` overrides",
+            _codex,
+            "npm install -g @openai/codex",
+        ),
+        AgentSpec(
+            "aider",
+            "openai",
+            "OPENAI_API_BASE, ANTHROPIC_API_BASE",
+            _aider,
+            "pipx install aider-chat",
+        ),
+        AgentSpec(
+            "opencode",
+            "openai",
+            "OPENCODE_CONFIG_CONTENT (provider baseURL)",
+            _opencode,
+            "npm install -g opencode-ai",
+        ),
+        AgentSpec(
+            "gemini",
+            "gemini",
+            "GOOGLE_GEMINI_BASE_URL",
+            _gemini,
+            "npm install -g @google/gemini-cli",
+        ),
     )
 }
 OTHER = AgentSpec("other", "openai", "every provider's base-URL variable", _other)
+_TITLES = {
+    "claude": "Claude Code",
+    "codex": "Codex CLI",
+    "aider": "aider",
+    "opencode": "OpenCode",
+    "gemini": "Gemini CLI",
+}
 
 
 def agent_for(command: str) -> AgentSpec:
@@ -166,3 +203,27 @@ def launch(argv: Sequence[str], base: str, environ: Mapping[str, str]) -> Launch
     if not argv:
         raise ValueError("no agent command given")
     return agent_for(argv[0]).point(argv, base.rstrip("/"), environ)
+
+
+def not_found(command: str) -> str:
+    """What a shell says of a command that is not on PATH, with how to install it when it is
+    an agent this table knows."""
+    spec = AGENTS.get(PurePath(command).name)
+    message = f"{command}: command not found"
+    if spec is None:
+        return message
+    title = _TITLES.get(spec.name, spec.name)
+    return f"{message}; install {title} with: {spec.install}"
+
+
+def agents_help() -> str:
+    """The agents `ctxgate run` knows, each with its install command (for `run --help`)."""
+    width = max(len(name) for name in AGENTS)
+    lines = [
+        f"  {spec.name:<{width}}  {_TITLES.get(spec.name, spec.name)}: {spec.install}"
+        for spec in AGENTS.values()
+    ]
+    return (
+        "agents it knows (any other command gets every provider's base-URL variable):\n"
+        + "\n".join(lines)
+    )

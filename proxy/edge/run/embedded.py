@@ -1,11 +1,12 @@
 """The embedded server of `ctxgate run`: zero-config settings from the user's environment, and
 a real uvicorn serving ctxgate on a free loopback port from a background thread.
 
-Each provider gets an upstream from its usual variables (base URLs only: no key is put in
-the config, so the agent's own credential is what reaches the provider). Models are routed by
-name (`claude*` to Anthropic, `gemini*` to Gemini when ctxgate has that door), every other
-name to the provider of the agent being run. Sessions are kept in SQLite under the user's
-data directory, so a later `ctxgate run` continues them and its dashboard shows them.
+Each provider gets an upstream from its usual variables, read where `ctxgate serve` reads them
+(session/config/environment.py), base URLs only: no key is put in the config, so the agent's
+own credential is what reaches the provider. Models are routed by name (`claude*` to
+Anthropic, `gemini*` to Gemini), every other name to the provider of the agent being run.
+Sessions are kept in SQLite under the user's data directory, so a later `ctxgate run`
+continues them and its dashboard shows them.
 """
 
 from __future__ import annotations
@@ -26,14 +27,8 @@ from proxy.config_file import parse_settings
 from proxy.edge.app import CtxgateApp, create_app
 from proxy.edge.logs import PlainFormatter, log_through
 from proxy.edge.services import Services
-from session.config.settings import APIS, LoggingSettings, Settings
-
-OPENAI_DEFAULT = "https://api.openai.com/v1"
-ANTHROPIC_DEFAULT = "https://api.anthropic.com"
-GEMINI_DEFAULT = "https://generativelanguage.googleapis.com"
-
-# Model windows when nothing better is known; an overflow error teaches ctxgate a smaller one.
-WINDOWS = {"openai": 128_000, "anthropic": 200_000, "gemini": 1_048_576}
+from session.config.environment import models_document, upstreams_document
+from session.config.settings import LoggingSettings, Settings
 
 
 def data_dir(environ: Mapping[str, str]) -> Path:
@@ -46,46 +41,13 @@ def data_dir(environ: Mapping[str, str]) -> Path:
     return Path(home) / ".local" / "share" / "ctxgate"
 
 
-def _anthropic_base(environ: Mapping[str, str]) -> str:
-    """The Messages upstream's base, which ends in /v1 (ANTHROPIC_BASE_URL does not)."""
-    base = (environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_DEFAULT).rstrip("/")
-    return base if base.endswith("/v1") else f"{base}/v1"
-
-
-def _gemini_base(environ: Mapping[str, str]) -> str:
-    """The Gemini upstream's base, which ends in /v1beta (GOOGLE_GEMINI_BASE_URL does not)."""
-    base = (environ.get("GOOGLE_GEMINI_BASE_URL") or GEMINI_DEFAULT).rstrip("/")
-    return base if base.endswith("/v1beta") else f"{base}/v1beta"
-
-
-def upstreams_document(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    openai = environ.get("OPENAI_BASE_URL") or environ.get("OPENAI_API_BASE") or OPENAI_DEFAULT
-    out: dict[str, dict[str, Any]] = {
-        "openai": {"base_url": openai, "apis": ["chat", "responses"]},
-        "anthropic": {"base_url": _anthropic_base(environ), "apis": ["messages"]},
-    }
-    if "gemini" in APIS:
-        out["gemini"] = {"base_url": _gemini_base(environ), "apis": ["gemini"]}
-    return out
-
-
 def run_document(
     environ: Mapping[str, str], home: Path, provider: str, *, port: int, admin_key: str
 ) -> dict[str, Any]:
     """The settings document of an embedded server for an agent speaking to `provider`."""
-    upstreams = upstreams_document(environ)
-    primary = provider if provider in upstreams else "openai"
-    models: list[dict[str, Any]] = [
-        {"match": "claude*", "upstream": "anthropic", "context_length": WINDOWS["anthropic"]}
-    ]
-    if "gemini" in upstreams:
-        models.append(
-            {"match": "gemini*", "upstream": "gemini", "context_length": WINDOWS["gemini"]}
-        )
-    models.append({"match": "*", "upstream": primary, "context_length": WINDOWS[primary]})
     return {
-        "upstreams": upstreams,
-        "models": models,
+        "upstreams": upstreams_document(environ, keys=False),
+        "models": models_document(provider),
         "server": {"host": "127.0.0.1", "port": port},
         "storage": {"url": f"sqlite+aiosqlite:///{home / 'ctxgate.db'}"},
         "auth": {"admin_key": admin_key},

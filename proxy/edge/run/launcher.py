@@ -25,7 +25,7 @@ from typing import TextIO
 import httpx
 
 from proxy.config_file import load_settings
-from proxy.edge.run.agents import agent_for, launch
+from proxy.edge.run.agents import agent_for, launch, not_found
 from proxy.edge.run.embedded import EmbeddedServer, data_dir, free_port, log_to_file, run_settings
 from proxy.edge.run.figures import Figures, read_figures, summary
 from session.config.settings import Settings
@@ -107,7 +107,7 @@ def run(options: RunOptions, environ: Mapping[str, str], stderr: TextIO = sys.st
     argv = list(options.argv)
     name = os.path.basename(argv[0])
     if shutil.which(argv[0], path=environ.get("PATH")) is None:
-        return _fail(stderr, f"{argv[0]}: command not found", 127)
+        return _fail(stderr, not_found(argv[0]), 127)
     if options.attach:
         return _run_attached(argv, attached_base(options.attach), environ, stderr)
     home = data_dir(environ)

