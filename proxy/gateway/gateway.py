@@ -313,11 +313,16 @@ class Measured:
 
 
 def served_rule(settings: Settings, model: str, api: str) -> ModelRule:
-    """The model's rule, when its upstream serves `api`; else the error that says why not."""
+    """The model's rule, when its upstream serves `api`; when only one upstream serves `api`,
+    the rule sent there (the API a client speaks names its provider better than a model name
+    another provider may share); else the error that says why not."""
     rule = settings.rule_for(model)
     if rule is None:
         raise unknown_model(model)
     served = settings.upstreams[rule.upstream].apis
+    serving = [name for name, upstream in settings.upstreams.items() if api in upstream.apis]
+    if api not in served and len(serving) == 1:
+        return replace(rule, upstream=serving[0])
     if api not in served:
         raise BadRequest(
             f"The model '{model}' is served by the upstream '{rule.upstream}', "

@@ -103,7 +103,12 @@ def test_every_api_reaches_its_provider_with_no_config_file(served: Served, sim:
             max_tokens=64,
             messages=[{"role": "user", "content": "hi"}],
         )
-    assert message.content
+        # A model name no rule gives to Anthropic: the Messages API names the provider.
+        other = an.messages.create(
+            model="glm-4.6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert message.content and other.content
+    assert sim.messages_requests[-1].body["model"] == "glm-4.6"
     gemini = httpx.post(
         f"{served.root}/v1beta/models/gemini-2.5-flash:generateContent",
         headers={"x-goog-api-key": "gemini-client"},
