@@ -42,7 +42,7 @@ from storage import (
     SessionKey,
     SessionRecord,
 )
-from storage.rows.charges import ShadowGroup
+from storage.rows.charges import ChargeGroup, ShadowGroup
 
 MAX_PAGE = 500
 
@@ -181,18 +181,31 @@ def _session_savings(tally: Tally | None) -> dict[str, object] | None:
     return None if tally is None else tally.as_json()
 
 
-def shadow_json(groups: list[ShadowGroup]) -> dict[str, object]:
-    """Shadow agreement per model (and per trigger within it) and overall."""
+def shadow_json(groups: list[ShadowGroup], charges: list[ChargeGroup]) -> dict[str, object]:
+    """Shadow agreement per model (and per trigger within it) and overall.
+
+    `tokens` is what the shadow calls were billed (their charges), checks that stopped
+    half-way included; `checked_tokens` is the share of the completed checks, the samples
+    the agreement figures count."""
+    spent: dict[str, int] = {}
+    for c in charges:
+        if c.kind == "shadow":
+            used = c.uncached + c.cache_read + c.cache_write + c.output
+            spent[c.model] = spent.get(c.model, 0) + used
     models: dict[str, dict[str, Any]] = {}
     for g in groups:
-        entry = models.setdefault(g.model, {"triggers": {}, **_agreement(0, 0, 0, 0)})
+        entry = models.setdefault(g.model, {"triggers": {}})
         entry["triggers"][g.trigger] = _agreement(
             g.samples, g.agreements, g.noise_agreements, g.tokens
         )
+    for model in spent:
+        models.setdefault(model, {"triggers": {}})
     for model, entry in models.items():
         rows = [g for g in groups if g.model == model]
         entry.update(_agreement(*(sum(getattr(g, f) for g in rows) for f in _SHADOW_SUMS)))
+        entry["tokens"] = spent.get(model, 0)
     total = _agreement(*(sum(getattr(g, f) for g in groups) for f in _SHADOW_SUMS))
+    total["tokens"] = sum(spent.values())
     return {"object": "shadow_checks", "total": total, "models": dict(sorted(models.items()))}
 
 
@@ -204,7 +217,7 @@ def _agreement(samples: int, agreements: int, noise: int, tokens: int) -> dict[s
         "samples": samples,
         "agreement": agreements / samples if samples else None,
         "noise_floor_agreement": noise / samples if samples else None,
-        "tokens": tokens,
+        "checked_tokens": tokens,
     }
 
 
@@ -214,7 +227,7 @@ async def savings(request: Request) -> Response:
     groups = await services.store.charge_groups()
     shadow = await services.store.shadow_groups()
     return json_response(
-        savings_json(groups, services.settings.price_for) | {"shadow": shadow_json(shadow)}
+        savings_json(groups, services.settings.price_for) | {"shadow": shadow_json(shadow, groups)}
     )
 
 
@@ -298,7 +311,7 @@ async def session_detail(scope: str, key: str, request: Request) -> Response:
         | {
             "savings": tally(groups, price_for).as_json() if groups else None,
             "charges": [charge_json(c, price_for(c.model)) for c in charges],
-            "shadow": shadow_json(shadow),
+            "shadow": shadow_json(shadow, groups),
         }
     )
 

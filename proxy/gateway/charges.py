@@ -57,8 +57,9 @@ class Charges:
             log.exception("recording a request's charge failed")
         shadow = self.shadow
         if check and shadow is not None and turn.view_changed:
-            if shadow.wants(turn.door.api, full, turn.context_length):
-                shadow.start(shadow_job(turn, full, shown))
+            grant = shadow.admit(turn.door.api, full, turn.context_length, shown is not None)
+            if grant is not None:
+                shadow.start(shadow_job(turn, full, shown), grant)
 
     async def round(self, turn: Turn, usage: Usage | None) -> None:
         """A recall round's charge (a call compression made necessary), recorded beside the
