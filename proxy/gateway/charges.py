@@ -41,17 +41,25 @@ class Charges:
             return
         model = turn.request.model
         models = self.conversations.models
-        full = full_prompt(
+        full, history = full_prompt(
             usage.prompt_tokens,
             turn.messages,
             turn.view,
             turn.request.tools,
             models.counter(turn.rule, model),
-            models.calibration(model),
+            turn.tools,
+            turn.with_digests().digests or (),
         )
         try:
             await self.ledger.request(
-                turn.key, model, turn.door.api, usage, full, turn.view_changed, turn.started_at
+                turn.key,
+                model,
+                turn.door.api,
+                usage,
+                full,
+                turn.view_changed,
+                turn.started_at,
+                history,
             )
         except Exception:  # the answer is already out; nothing left to report it to
             log.exception("recording a request's charge failed")

@@ -91,9 +91,7 @@ def settled(proxy: ProxyServer) -> dict[str, Any]:
 def assert_billed(sim: Simulator, spent: int) -> None:
     """`spent` is what the simulator billed for the shadow calls it answered: their prompts
     (from its log) plus their answers (each at most the bound)."""
-    answered = [
-        r for r in sim.received if r.headers.get(SHADOW_HEADER) == "1" and r.status == 200
-    ]
+    answered = [r for r in sim.received if r.headers.get(SHADOW_HEADER) == "1" and r.status == 200]
     prompts = sum(r.prompt_tokens or 0 for r in answered)
     assert answered
     assert prompts < spent <= prompts + BOUND * len(answered)
