@@ -33,7 +33,7 @@ from proxy.provider.images import ImageLimit, image_limit, shrink_images
 from proxy.provider.upstream import Upstream
 from session.config.settings import ModelRule, Settings
 from session.conversations import Conversations
-from session.errors import BadRequest, UpstreamStatus, unknown_model
+from session.errors import BadRequest, ProxyError, UpstreamStatus, unknown_model
 from session.identity import identify, scope_for
 from session.ledger.book import Ledger
 from session.ledger.shadow import Shadow
@@ -112,9 +112,13 @@ class Gateway:
                 len(turn.view),
                 orjson.dumps(turn.view).decode(),
             )
-        if request.stream:
-            return await self._stream(turn)
-        return await self._complete(turn)
+        try:
+            if request.stream:
+                return await self._stream(turn)
+            return await self._complete(turn)
+        except ProxyError as exc:
+            exc.session_headers = turn.response_headers()
+            raise
 
     def _rule(self, model: str, api: str) -> ModelRule:
         """`served_rule`, remembered for the models seen: matching globs on every request
