@@ -381,6 +381,10 @@ class SessionStore:
     async def shadow_groups(self, sk: SessionKey | None = None) -> list[savings.ShadowGroup]:
         return await self._db.read(lambda conn: savings.shadow_groups(conn, sk))
 
+    async def checkpoint_trigger(self, checkpoint_id: int) -> str | None:
+        """The trigger of the compression that made the checkpoint, if its event is kept."""
+        return await self._db.read(lambda conn: events.trigger_of(conn, checkpoint_id))
+
     # -- per-session switches ----------------------------------------------------------
 
     async def compression_off(self, keys: Sequence[SessionKey]) -> set[SessionKey]:

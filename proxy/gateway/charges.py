@@ -78,11 +78,11 @@ class Charges:
 
 
 def shadow_job(turn: Turn, full: int, shown: bytes | None) -> ShadowJob:
-    trigger = turn.notes[-1].trigger if turn.notes else "checkpoint"
     return ShadowJob(
         turn.key,
         turn.request.model,
-        trigger,
+        turn.notes[-1].trigger if turn.notes else None,
+        turn.checkpoint_id,
         turn.door,
         turn.upstream,
         upstream_headers(turn),

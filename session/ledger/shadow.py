@@ -54,7 +54,8 @@ class ShadowJob:
 
     sk: SessionKey
     model: str
-    trigger: str  # the compression's trigger, "checkpoint" for an earlier one's view
+    trigger: str | None  # the compression's trigger; None: the view is a checkpoint's
+    checkpoint_id: int | None  # the checkpoint the view was made from
     door: FrontDoor
     upstream: Upstream
     headers: Mapping[str, str]  # the upstream request headers the client's request went with
@@ -173,9 +174,10 @@ class Shadow:
         if first is None or second is None or compressed_action is None:
             return None
         checked = Checked(agree(compressed_action, first), agree(second, first), sum(spent))
-        self.observe(job.model, job.trigger, checked.agrees, checked.noise_agrees)
+        trigger = await self._trigger(job)
+        self.observe(job.model, trigger, checked.agrees, checked.noise_agrees)
         row = ShadowRow(
-            job.sk, self.clock(), job.model, job.trigger, checked.agrees,
+            job.sk, self.clock(), job.model, trigger, checked.agrees,
             checked.noise_agrees, checked.tokens,
         )  # fmt: skip
         try:
@@ -183,6 +185,22 @@ class Shadow:
         except StorageError as exc:
             log.warning("could not record a shadow check: %s", exc)
         return checked
+
+    async def _trigger(self, job: ShadowJob) -> str:
+        """The trigger of the compression that made the view: this request's, else the one
+        that made its checkpoint (a background compression's `post_response`, an operator's
+        `manual`), read from its event; "checkpoint" when no event says."""
+        if job.trigger is not None:
+            return job.trigger
+        if job.checkpoint_id is not None:
+            try:
+                found = await self.store.checkpoint_trigger(job.checkpoint_id)
+            except StorageError as exc:
+                log.warning("could not read a checkpoint's trigger: %s", exc)
+                found = None
+            if found is not None:
+                return found
+        return "checkpoint"
 
     async def _call(
         self, job: ShadowJob, body: bytes, spent: list[int], grant: Grant
