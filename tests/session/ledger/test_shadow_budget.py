@@ -112,6 +112,10 @@ def test_concurrent_checks_spend_at_most_their_budget(sim: Simulator, db_path: s
     assert reserved == 0  # every check gave back what it did not spend
     overhead = figures["total"]["overhead_tokens"]["shadow"]
     assert overhead["prompt"] + overhead["output"] == spent
+    # Beside compression's own savings, never folded into them unsaid.
+    total = figures["total"]
+    assert total["shadow_checks"]["tokens"] == spent
+    assert total["compression"]["tokens_saved"] == total["tokens_saved"] + spent
     # More than one check ran: the cap did not serialise them down to one.
     assert figures["shadow"]["total"]["samples"] >= 2
 
