@@ -19,7 +19,7 @@ from tests.servers import ProxyServer, settings_for
 from tests.session.ledger.test_shadow import ADMIN, COLOUR, INDENT, MODEL, TOOLS, Agent
 from tests.simulator import InViewModel, Simulator
 
-PRICE = {"match": MODEL, "input": 2.00, "output": 8.00}
+PRICE: dict[str, Any] = {"match": MODEL, "input": 2.00, "output": 8.00}
 
 
 class Recorded(Agent):
