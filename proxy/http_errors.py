@@ -23,7 +23,7 @@ def error_response(
     `envelope` writes ctxgate's own errors in the shape of the API that was called (a front
     door's); an upstream's error is relayed as it came, whatever the API.
     """
-    headers = {**exc.headers(), **(extra_headers or {})}
+    headers = {**exc.headers(), **exc.session_headers, **(extra_headers or {})}
     headers.pop("content-length", None)
     headers.pop("content-type", None)
     own = envelope is not None and not isinstance(exc, UpstreamStatus)

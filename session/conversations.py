@@ -87,7 +87,10 @@ class Conversations:
         request: WireRequest,
         rule: ModelRule,
         headers: Mapping[str, str],
+        compression_off: bool = False,
     ) -> Turn:
+        """The request's turn: its session's checkpoint applied and any compression due made,
+        unless compression is off for the session (then its view is the client's messages)."""
         key, session = await self.sessions.lookup(SessionKey(ident.scope, ident.session_id))
         mark = None if request.passthrough else self.sessions.marks.get(key)
         turn = Turn(
@@ -109,6 +112,8 @@ class Conversations:
         )
         if request.passthrough:
             return turn  # the history lives on the provider: nothing here to compress
+        if compression_off:
+            return replace(turn, compression_off=True)
         if session is not None and session.compression_count > 0:
             turn = await self.lineages.placed(await self.compactor.apply_checkpoint(turn))
             if turn.key != key:  # another lineage: its own last view
@@ -204,7 +209,9 @@ class Conversations:
         if window and window < turn.context_length:
             self.models.learn_window(turn.request.model, window)
             turn = replace(turn, context_length=window, estimate=None)
-        event = Refused(overflow, attempts, turn.max_tokens or turn.request.max_tokens)
+        event = Refused(
+            overflow, attempts, turn.max_tokens or turn.request.max_tokens, turn.compression_off
+        )
         action = self._decide(event, turn)
         if isinstance(action, GiveUp):
             return turn, action.reason
@@ -259,6 +266,7 @@ class Conversations:
             compressed_now=bool(turn.notes),
             superseded=self.sessions.committed_since(turn.key, turn.started_at),
             job_running=turn.key in self.sessions.jobs,
+            compression_off=turn.compression_off,
         )
         action = decide(event, limits, turn.state, now=self.clock(), rules=self.rules)
         if isinstance(action, Compress):

@@ -24,6 +24,9 @@ class ProxyError(Exception):
     status_code = 500
     type = "server_error"
     code: str | None = None
+    # The headers of the session the request was in (`x-session-id`, `x-ctxgate-compressed`),
+    # set once the session is known; the answer carries them beside the error's own.
+    session_headers: Mapping[str, str] = {}
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)

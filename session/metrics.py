@@ -59,7 +59,11 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "ctxgate_requests_total", "Chat requests by final status", ["status"], registry=r
+            "ctxgate_requests_total",
+            "Requests to the model APIs (chat completions, responses, messages, Gemini) by "
+            "final HTTP status, ctxgate's own errors included",
+            ["status"],
+            registry=r,
         )
         self.upstream_latency = Histogram(
             "ctxgate_upstream_seconds",

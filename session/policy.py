@@ -3,7 +3,11 @@
     action = decide(event, limits, state, now=..., rules=Rules(...))
 
 Events are what happens to a session: a request arrives, an answer reports its real prompt
-size, the provider refuses a request as too large, an operator asks for a compression. The
+size, the provider refuses a request as too large, an operator asks for a compression. A
+session whose compression is switched off is never compressed on a request's way in (its
+view is the client's messages, with no checkpoint applied), nor after an answer, nor to
+recover from an overflow: the provider's error reaches the client. An operator's explicit
+compression still runs; its checkpoint serves once compression is switched back on. The
 action says what the caller does next; the caller does the I/O and reports the outcome as the
 next event, never by changing what was decided.
 """
@@ -17,6 +21,9 @@ from session.overflow import Overflow
 
 # A lowered max_tokens below this leaves no room for an answer worth having.
 MIN_MAX_TOKENS = 16
+# Why a session's request is relayed as its client sent it: compression is switched off for
+# the session (a request header or the admin API; see proxy/gateway/switches.py).
+COMPRESSION_OFF = "compression is off for this session"
 # Windows tried, largest first, when a provider refuses a prompt without saying its limit.
 PROBE_TIERS = (256_000, 128_000, 64_000, 32_000, 16_000, 8_000, 4_000, 2_000, 1_000)
 
@@ -50,6 +57,7 @@ class Answered:
     compressed_now: bool  # this request was compressed on its way in
     superseded: bool  # a newer compression of the session was committed meanwhile
     job_running: bool
+    compression_off: bool = False  # switched off for the session: its requests go verbatim
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,7 @@ class Refused:
     overflow: Overflow
     attempts: int  # forced compressions already made for this request
     max_tokens: int | None  # the request's output reservation
+    compression_off: bool = False  # the client's error is relayed: nothing is rewritten
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +153,8 @@ def _on_arrival(
 def _on_answer(
     event: Answered, limits: Limits, state: EngineState, now: float, rules: Rules
 ) -> Action:
+    if event.compression_off:
+        return Nothing(COMPRESSION_OFF)
     if event.compressed_now or event.superseded:
         # Compressed on the way in (its real figure judges it), or the view predates a newer
         # compression of the session: compressing it again would thrash.
@@ -159,6 +170,9 @@ def _on_answer(
 
 
 def _on_refusal(event: Refused, rules: Rules) -> Action:
+    if event.compression_off:
+        # Verbatim means verbatim: no compression, no lowered max_tokens either.
+        return GiveUp(COMPRESSION_OFF)
     if event.attempts >= rules.max_attempts:
         return GiveUp(f"still too large after {event.attempts} forced compressions")
     overflow = event.overflow

@@ -59,6 +59,7 @@ class Turn:
     tools: tuple[ToolSchema, ...] = ()  # ctxgate's own tools offered upstream (recall)
     recalls: int = 0  # recall rounds answered for this request
     recalled_tokens: int = 0  # tokens of archived text those rounds read back
+    compression_off: bool = False  # switched off for the session: the view is the client's
 
     @property
     def messages(self) -> list[Message]:
@@ -111,6 +112,8 @@ class Turn:
         headers = {"x-session-id": self.ident.session_id}
         if self.request.passthrough:
             headers["x-ctxgate-reason"] = self.request.passthrough
+        if self.compression_off:
+            headers["x-ctxgate-compression"] = "off"
         if self.checkpoint_id is not None:
             headers["x-ctxgate-checkpoint"] = str(self.checkpoint_id)
         if self.recalls:

@@ -37,7 +37,16 @@ from storage.records import (
     UsageRecord,
 )
 from storage.rows import charges as savings
-from storage.rows import checkpoints, events, lineages, search, sessions, usage, windows
+from storage.rows import (
+    checkpoints,
+    events,
+    lineages,
+    search,
+    sessions,
+    switches,
+    usage,
+    windows,
+)
 from storage.writer import UsageWriter
 
 INLINE_USAGE_RECORDS = 64  # larger batches go through the pool's thread
@@ -371,6 +380,19 @@ class SessionStore:
 
     async def shadow_groups(self, sk: SessionKey | None = None) -> list[savings.ShadowGroup]:
         return await self._db.read(lambda conn: savings.shadow_groups(conn, sk))
+
+    async def checkpoint_trigger(self, checkpoint_id: int) -> str | None:
+        """The trigger of the compression that made the checkpoint, if its event is kept."""
+        return await self._db.read(lambda conn: events.trigger_of(conn, checkpoint_id))
+
+    # -- per-session switches ----------------------------------------------------------
+
+    async def compression_off(self, keys: Sequence[SessionKey]) -> set[SessionKey]:
+        """Those of `keys` (client session ids) whose compression is switched off."""
+        return await self._db.read(lambda conn: switches.compression_off(conn, keys))
+
+    async def set_compression(self, sk: SessionKey, off: bool) -> None:
+        await self._db.write(lambda conn: switches.set_compression(conn, sk, off, self._clock()))
 
     # -- model windows -----------------------------------------------------------------
 

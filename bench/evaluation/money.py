@@ -1,8 +1,8 @@
 """Money beside tokens: each arm's prompt tokens priced with cache tiers (pure).
 
 A request's tokens shared with the previous request of its arm (`cached_prefix`) are what a
-prompt cache serves; the rest are new. Priced two ways, with the default prices of
-session/config/settings.py:
+prompt cache serves; the rest are new. Priced two ways, with the default prices
+(`DEFAULT_PRICES`) of session/config/prices.py:
 OpenAI-style (gpt-4.1: cached input at 25%, new tokens at the input price)
 and Anthropic-style (claude-sonnet-4: cache reads at 10%, new tokens written to the cache at
 125%, as a client with a breakpoint at the end of its prompt pays). Summary calls are never

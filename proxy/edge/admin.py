@@ -6,6 +6,7 @@
     GET    /admin/sessions/{scope}/{key}/archive    the originals compressions replaced
     GET    /admin/sessions/{scope}/{key}/audit      replaced positions against archived ones
     POST   /admin/sessions/{scope}/{key}/compress   {"focus": "..."} optional
+    PUT    /admin/sessions/{scope}/{key}/compression  {"enabled": false} switches it off
     DELETE /admin/sessions/{scope}/{key}            with its checkpoints, archive and events
 
 Session ids come from clients (`X-Session-Id`) and may contain "/", so `key` is a path
@@ -42,7 +43,7 @@ from storage import (
     SessionKey,
     SessionRecord,
 )
-from storage.rows.charges import ShadowGroup
+from storage.rows.charges import ChargeGroup, ShadowGroup
 
 MAX_PAGE = 500
 
@@ -79,6 +80,12 @@ api = APIRouter(
     route_class=AdminRoute,
     dependencies=[Security(_bearer)],
 )
+
+
+class CompressionBody(BaseModel):
+    enabled: bool = Field(
+        description="false: the session's requests are relayed as their client sends them."
+    )
 
 
 class CompressBody(BaseModel):
@@ -162,11 +169,16 @@ async def list_sessions(
     keys = [SessionKey(r.scope, r.key) for r in rows[:limit]]
     groups = await store.charge_groups(keys, per_session=True)
     tallies = per_session(groups, _services(request).settings.price_for)
+    off = await store.compression_off([r.root for r in rows[:limit]])
     return json_response(
         {
             "object": "list",
             "data": [
-                session_json(r) | {"savings": _session_savings(tallies.get((r.scope, r.key)))}
+                session_json(r)
+                | {
+                    "savings": _session_savings(tallies.get((r.scope, r.key))),
+                    "compression": _switch(r.root in off),
+                }
                 for r in rows[:limit]
             ],
             "limit": limit,
@@ -181,18 +193,31 @@ def _session_savings(tally: Tally | None) -> dict[str, object] | None:
     return None if tally is None else tally.as_json()
 
 
-def shadow_json(groups: list[ShadowGroup]) -> dict[str, object]:
-    """Shadow agreement per model (and per trigger within it) and overall."""
+def shadow_json(groups: list[ShadowGroup], charges: list[ChargeGroup]) -> dict[str, object]:
+    """Shadow agreement per model (and per trigger within it) and overall.
+
+    `tokens` is what the shadow calls were billed (their charges), checks that stopped
+    half-way included; `checked_tokens` is the share of the completed checks, the samples
+    the agreement figures count."""
+    spent: dict[str, int] = {}
+    for c in charges:
+        if c.kind == "shadow":
+            used = c.uncached + c.cache_read + c.cache_write + c.output
+            spent[c.model] = spent.get(c.model, 0) + used
     models: dict[str, dict[str, Any]] = {}
     for g in groups:
-        entry = models.setdefault(g.model, {"triggers": {}, **_agreement(0, 0, 0, 0)})
+        entry = models.setdefault(g.model, {"triggers": {}})
         entry["triggers"][g.trigger] = _agreement(
             g.samples, g.agreements, g.noise_agreements, g.tokens
         )
+    for model in spent:
+        models.setdefault(model, {"triggers": {}})
     for model, entry in models.items():
         rows = [g for g in groups if g.model == model]
         entry.update(_agreement(*(sum(getattr(g, f) for g in rows) for f in _SHADOW_SUMS)))
+        entry["tokens"] = spent.get(model, 0)
     total = _agreement(*(sum(getattr(g, f) for g in groups) for f in _SHADOW_SUMS))
+    total["tokens"] = sum(spent.values())
     return {"object": "shadow_checks", "total": total, "models": dict(sorted(models.items()))}
 
 
@@ -204,7 +229,7 @@ def _agreement(samples: int, agreements: int, noise: int, tokens: int) -> dict[s
         "samples": samples,
         "agreement": agreements / samples if samples else None,
         "noise_floor_agreement": noise / samples if samples else None,
-        "tokens": tokens,
+        "checked_tokens": tokens,
     }
 
 
@@ -214,7 +239,7 @@ async def savings(request: Request) -> Response:
     groups = await services.store.charge_groups()
     shadow = await services.store.shadow_groups()
     return json_response(
-        savings_json(groups, services.settings.price_for) | {"shadow": shadow_json(shadow)}
+        savings_json(groups, services.settings.price_for) | {"shadow": shadow_json(shadow, groups)}
     )
 
 
@@ -282,6 +307,28 @@ async def compress_session(
     return json_response({"scope": scope, "key": current.key, **answer}, status)
 
 
+@api.put(
+    "/sessions/{scope}/{key:path}/compression",
+    summary="Switch compression off (or back on) for one session",
+)
+async def session_compression(
+    scope: str, key: str, body: CompressionBody, request: Request
+) -> Response:
+    """Stored with the session (its client's session id), so it holds for its later requests
+    on every replica; a session not seen yet may be switched before its first request."""
+    services = _services(request)
+    sk = SessionKey(scope, key)
+    await services.gateway.switches.set(sk, not body.enabled)
+    known = await services.store.get_session(sk) is not None
+    return json_response(
+        {"scope": scope, "key": key, "compression": _switch(not body.enabled), "known": known}
+    )
+
+
+def _switch(off: bool) -> str:
+    return "off" if off else "on"
+
+
 @api.get("/sessions/{scope}/{key:path}", summary="A session with its events and usage")
 async def session_detail(scope: str, key: str, request: Request) -> Response:
     services = _services(request)
@@ -293,12 +340,14 @@ async def session_detail(scope: str, key: str, request: Request) -> Response:
     shadow = await services.store.shadow_groups(sk)
     price_for = services.settings.price_for
     charges = await services.store.charges_of(sk)
+    off = await services.store.compression_off([detail.session.root])
     return json_response(
         detail_json(services, detail)
         | {
+            "compression": _switch(bool(off)),
             "savings": tally(groups, price_for).as_json() if groups else None,
             "charges": [charge_json(c, price_for(c.model)) for c in charges],
-            "shadow": shadow_json(shadow),
+            "shadow": shadow_json(shadow, groups),
         }
     )
 

@@ -20,7 +20,7 @@ from proxy.doors.registry import BY_PATH, Door
 from proxy.edge.admin import router as admin_router
 from proxy.edge.gemini_routes import ENVELOPE as GEMINI_ENVELOPE
 from proxy.edge.gemini_routes import door_for as gemini_door
-from proxy.edge.gemini_routes import is_gemini_path
+from proxy.edge.gemini_routes import is_gemini_path, is_generate_path
 from proxy.edge.gemini_routes import router as gemini_router
 from proxy.edge.relay import router as relay_router
 from proxy.edge.responses_routes import router as responses_router
@@ -36,12 +36,14 @@ log = logging.getLogger("ctxgate")
 
 async def on_proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
-    log_refusal(request.method, request.url.path, exc)
+    path = request.url.path
+    log_refusal(request.method, path, exc)
+    door = BY_PATH.get(path)
     services = getattr(request.app.state, "services", None)
-    if services is not None:
+    if services is not None and (door is not None or is_generate_path(path)):
+        # The counter is the model APIs' requests: an admin or relay error is none of them.
         services.metrics.finished(exc.status_code)
-    door = BY_PATH.get(request.url.path)
-    if door is None and is_gemini_path(request.url.path):
+    if door is None and is_gemini_path(path):
         door = GEMINI_ENVELOPE
     return error_response(exc, envelope=door.error_body if door is not None else None)
 

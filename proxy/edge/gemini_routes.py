@@ -46,6 +46,12 @@ def is_gemini_path(path: str) -> bool:
     return path.startswith("/v1beta/") or _ACTION.match(path) is not None
 
 
+def is_generate_path(path: str) -> bool:
+    """A `generateContent` or `streamGenerateContent` path: a model request."""
+    found = _ACTION.match(path)
+    return found is not None and found.group(2) in (GENERATE, STREAM)
+
+
 def door_for(scope: Scope) -> GeminiDoor | None:
     """The door for a `generateContent` or `streamGenerateContent` path, else None; a key in
     the query moves into the scope's headers."""

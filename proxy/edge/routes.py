@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import httpx
 import orjson
 from fastapi import APIRouter, Request
 from starlette.requests import ClientDisconnect
@@ -17,7 +18,14 @@ from proxy.doors.registry import BY_PATH
 from proxy.edge.services import Services
 from proxy.edge.token_count import count_tokens
 from session.compaction import manual_answer
-from session.errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout
+from session.errors import (
+    BadRequest,
+    NotFound,
+    PayloadTooLarge,
+    ProxyError,
+    RequestTimeout,
+    UpstreamUnavailable,
+)
 from session.identity import canonical_session_id, scope_for
 from session.ports.headers import upstream_request_headers
 from storage import SessionKey, StorageError
@@ -108,7 +116,9 @@ async def root_probe() -> Response:
 @router.get("/v1/models")
 @router.get("/models", include_in_schema=False)
 async def list_models(request: Request) -> Response:
-    """The upstreams' model lists merged (first upstream wins on duplicate ids)."""
+    """The upstreams' model lists merged (first upstream wins on duplicate ids), with the
+    models the config names. An upstream that fails is named in `x-ctxgate-error`; when every
+    one fails, the answer is a 502, not an empty list that looks like a working provider."""
     services = services_of(request)
     services.auth.client_credential(request.headers)
     forward = services.auth.forwardable(request.headers)
@@ -118,23 +128,49 @@ async def list_models(request: Request) -> Response:
     ]
     answers = await asyncio.gather(*calls, return_exceptions=True)
     merged: dict[str, Any] = {}
-    for answer in answers:
-        if isinstance(answer, BaseException) or answer.status_code != 200:
-            continue
-        try:
-            data = orjson.loads(answer.content).get("data") or []
-        except (orjson.JSONDecodeError, AttributeError):
+    failed: list[str] = []
+    for name, answer in zip(services.upstreams, answers, strict=True):
+        data = _model_list(answer)
+        if data is None:
+            failed.append(f"{name} ({_failure(answer)})")
             continue
         for model in data:
             if isinstance(model, dict) and isinstance(model.get("id"), str):
                 merged.setdefault(model["id"], model)
+    if failed and len(failed) == len(answers):
+        raise UpstreamUnavailable(
+            f"No upstream answered its model list: {', '.join(failed)}.", code="models_unavailable"
+        )
     for rule in services.settings.models:
         if not any(ch in rule.match for ch in "*?["):
             merged.setdefault(
                 rule.match,
                 {"id": rule.match, "object": "model", "created": 0, "owned_by": rule.upstream},
             )
-    return JSONResponse({"object": "list", "data": list(merged.values())})
+    headers = {"x-ctxgate-error": f"model list failed: {', '.join(failed)}"[:200]} if failed else {}
+    return JSONResponse({"object": "list", "data": list(merged.values())}, headers=headers)
+
+
+def _model_list(answer: httpx.Response | BaseException) -> list[Any] | None:
+    """An upstream's `data` list, or None when its answer is no model list."""
+    if isinstance(answer, BaseException) or answer.status_code != 200:
+        return None
+    try:
+        document = orjson.loads(answer.content)
+    except orjson.JSONDecodeError:
+        return None
+    data = document.get("data") if isinstance(document, dict) else None
+    return data if isinstance(data, list) else None
+
+
+def _failure(answer: httpx.Response | BaseException) -> str:
+    if isinstance(answer, ProxyError):
+        return answer.message
+    if isinstance(answer, BaseException):
+        return type(answer).__name__
+    if answer.status_code != 200:
+        return f"answered {answer.status_code}"
+    return "no model list in its answer"
 
 
 @router.get("/healthz")

@@ -41,24 +41,33 @@ class Charges:
             return
         model = turn.request.model
         models = self.conversations.models
-        full = full_prompt(
+        full, history = full_prompt(
             usage.prompt_tokens,
             turn.messages,
             turn.view,
             turn.request.tools,
             models.counter(turn.rule, model),
-            models.calibration(model),
+            turn.tools,
+            turn.with_digests().digests or (),
         )
         try:
             await self.ledger.request(
-                turn.key, model, turn.door.api, usage, full, turn.view_changed, turn.started_at
+                turn.key,
+                model,
+                turn.door.api,
+                usage,
+                full,
+                turn.view_changed,
+                turn.started_at,
+                history,
             )
         except Exception:  # the answer is already out; nothing left to report it to
             log.exception("recording a request's charge failed")
         shadow = self.shadow
         if check and shadow is not None and turn.view_changed:
-            if shadow.wants(turn.door.api, full, turn.context_length):
-                shadow.start(shadow_job(turn, full, shown))
+            grant = shadow.admit(turn.door.api, full, turn.context_length, shown is not None)
+            if grant is not None:
+                shadow.start(shadow_job(turn, full, shown), grant)
 
     async def round(self, turn: Turn, usage: Usage | None) -> None:
         """A recall round's charge (a call compression made necessary), recorded beside the
@@ -69,11 +78,11 @@ class Charges:
 
 
 def shadow_job(turn: Turn, full: int, shown: bytes | None) -> ShadowJob:
-    trigger = turn.notes[-1].trigger if turn.notes else "checkpoint"
     return ShadowJob(
         turn.key,
         turn.request.model,
-        trigger,
+        turn.notes[-1].trigger if turn.notes else None,
+        turn.checkpoint_id,
         turn.door,
         turn.upstream,
         upstream_headers(turn),

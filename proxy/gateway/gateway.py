@@ -29,20 +29,22 @@ from proxy.gateway.auth import Authenticator
 from proxy.gateway.charges import Charges, upstream_headers
 from proxy.gateway.earlier import EarlierBodies
 from proxy.gateway.rounds import Recalled, Rounds
+from proxy.gateway.switches import Switches
 from proxy.provider.images import ImageLimit, image_limit, shrink_images
 from proxy.provider.upstream import Upstream
 from session.config.settings import ModelRule, Settings
 from session.conversations import Conversations
-from session.errors import BadRequest, UpstreamStatus, unknown_model
+from session.errors import BadRequest, ProxyError, UpstreamStatus, unknown_model
 from session.identity import identify, scope_for
 from session.ledger.book import Ledger
 from session.ledger.shadow import Shadow
 from session.metrics import Metrics
+from session.policy import COMPRESSION_OFF
 from session.ports.frontdoor import FrontDoor, StreamWatch, Usage
 from session.ports.headers import client_response_headers
 from session.recall import Recaller
 from session.turn import Turn
-from storage import wait_budget
+from storage import SessionKey, wait_budget
 
 log = logging.getLogger("ctxgate.gateway")
 
@@ -73,6 +75,7 @@ class Gateway:
         self.metrics = metrics
         self.recaller = recaller
         self.charges = Charges(conversations, ledger, shadow)
+        self.switches = Switches(conversations.store)
         self.rounds = Rounds(recaller, metrics, self._open_stream, self.charges.round)
         self.earlier = EarlierBodies(settings.server.parsed_request_bytes)
         self._rules: dict[tuple[str, str], ModelRule] = {}  # (model, api) -> its served rule
@@ -102,8 +105,11 @@ class Gateway:
         rule = self._rule(request.model, door.api)
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)
-        turn = await self.conversations.prepare(door, ident, request, rule, forward)
-        turn = self.recaller.offer(turn)
+        client_session = SessionKey(ident.scope, ident.session_id)
+        off = await self.switches.compression_off(client_session, headers)
+        turn = await self.conversations.prepare(door, ident, request, rule, forward, off)
+        if not off:  # relayed verbatim: no recall tool either
+            turn = self.recaller.offer(turn)
         self.metrics.prepared(turn, time.perf_counter() - arrived)
         if self.settings.logging.log_content:
             log.info(
@@ -112,9 +118,13 @@ class Gateway:
                 len(turn.view),
                 orjson.dumps(turn.view).decode(),
             )
-        if request.stream:
-            return await self._stream(turn)
-        return await self._complete(turn)
+        try:
+            if request.stream:
+                return await self._stream(turn)
+            return await self._complete(turn)
+        except ProxyError as exc:
+            exc.session_headers = turn.response_headers()
+            raise
 
     def _rule(self, model: str, api: str) -> ModelRule:
         """`served_rule`, remembered for the models seen: matching globs on every request
@@ -132,6 +142,8 @@ class Gateway:
         """The turn to retry with; otherwise raise the upstream's error with a reason."""
         limit = image_limit(error.status_code, error.raw)
         if limit is not None:
+            if turn.compression_off:  # relayed verbatim: its images are the client's
+                raise _with_reason(error, COMPRESSION_OFF)
             return _with_images_shrunk(turn, error, limit)
         overflow = turn.door.overflow(error.status_code, error.raw)
         if overflow is None:

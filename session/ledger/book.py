@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from compression import Calibration, Message, TokenCounter, ToolSchema
+from compression import Message, TokenCounter, ToolSchema
 from session.config.settings import Settings
 from session.ledger.tiers import CACHE_TTL_S, Split, caching_of, cost, full_history_split, split_of
 from session.ports.frontdoor import Usage
@@ -25,6 +25,24 @@ from storage.rows.charges import ChargeRow
 log = logging.getLogger("ctxgate.ledger")
 
 _REMEMBERED = 10_000  # sessions whose last uncompressed prompt this process keeps
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """The client's messages of a request, for anchoring its uncompressed prompt on the
+    session's previous request: `digests[i]` is the chained digest of messages 0..i, and
+    `grown(n)` the (billed-scale) tokens of the messages after the first `n`."""
+
+    digests: Sequence[str]
+    grown: Callable[[int], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Last:
+    full_prompt: int
+    at: float
+    messages: int  # client messages of that request; 0: unknown
+    digest: str  # chained digest of those messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +69,7 @@ class Ledger:
         self.store = store
         self.observe = observe
         self.clock = clock
-        self._last: OrderedDict[SessionKey, tuple[int, float]] = OrderedDict()
+        self._last: OrderedDict[SessionKey, _Last] = OrderedDict()
         self._caching: set[str] = set()  # models whose provider has reported cached tokens
 
     async def request(
@@ -63,19 +81,24 @@ class Ledger:
         full_prompt: int,
         compressed: bool,
         at: float,
+        history: History | None = None,
     ) -> Charged:
-        """Record a client request's charge; `full_prompt` is its uncompressed history's size.
-        A request forwarded as the client sent it is its own counterfactual."""
+        """Record a client request's charge; `full_prompt` is its uncompressed history's size
+        (an estimate, bettered from the session's previous request when `history` shows this
+        one continues it). A request forwarded as the client sent it is its own
+        counterfactual."""
         billed = split_of(usage)
         if billed.cache_read:
             self._caching.add(model)
         if compressed:
-            previous = await self._previous(sk, at)
+            last = await self._previous(sk, at)
+            full_prompt = _anchored(last, history, full_prompt)
+            previous = None if last is None else last.full_prompt
             caching = caching_of(api, billed, model in self._caching)
             full = full_history_split(previous, full_prompt, billed.output, caching)
         else:
             full, full_prompt = billed, billed.prompt
-        self._remember(sk, full_prompt, at)
+        self._remember(sk, _Last(full_prompt, at, *_tip(history)))
         row = ChargeRow(
             sk, at, model, "request", compressed, billed.uncached, billed.cache_read,
             billed.cache_write, billed.output, full.uncached, full.cache_read,
@@ -110,23 +133,41 @@ class Ledger:
         self.store.record_charges_later([row])  # written behind, in batches, off the request
         return charged
 
-    async def _previous(self, sk: SessionKey, at: float) -> int | None:
-        """The session's previous uncompressed prompt, while the provider's cache holds it."""
+    async def _previous(self, sk: SessionKey, at: float) -> _Last | None:
+        """The session's previous request, while the provider's cache holds its prompt."""
         last = self._last.get(sk)
         if last is None:
             try:
-                last = await self.store.last_full_prompt(sk)
+                stored = await self.store.last_full_prompt(sk)
             except StorageError as exc:
                 log.warning("could not read the session's last charge: %s", exc)
-        if last is None or not 0 <= at - last[1] <= CACHE_TTL_S:
+                stored = None
+            last = None if stored is None else _Last(stored[0], stored[1], 0, "")
+        if last is None or not 0 <= at - last.at <= CACHE_TTL_S:
             return None
-        return last[0]
+        return last
 
-    def _remember(self, sk: SessionKey, full_prompt: int, at: float) -> None:
-        self._last[sk] = (full_prompt, at)
+    def _remember(self, sk: SessionKey, last: _Last) -> None:
+        self._last[sk] = last
         self._last.move_to_end(sk)
         while len(self._last) > _REMEMBERED:
             self._last.popitem(last=False)
+
+
+def _tip(history: History | None) -> tuple[int, str]:
+    if history is None or not history.digests:
+        return 0, ""
+    return len(history.digests), history.digests[-1]
+
+
+def _anchored(last: _Last | None, history: History | None, estimate: int) -> int:
+    """The previous request's uncompressed prompt plus what the client appended since, when
+    this request continues it: only the new messages are estimated, not the whole history."""
+    if last is None or history is None or not 0 < last.messages <= len(history.digests):
+        return estimate
+    if history.digests[last.messages - 1] != last.digest:
+        return estimate
+    return last.full_prompt + history.grown(last.messages)
 
 
 def full_prompt(
@@ -135,11 +176,30 @@ def full_prompt(
     view: Sequence[Message],
     tools: Sequence[ToolSchema] | None,
     counter: TokenCounter,
-    calibration: Calibration,
-) -> int:
-    """The prompt the client's uncompressed history would have been: the billed prompt plus
-    the (calibrated) estimate of what compression took out of the view."""
-    if view is messages:
-        return billed_prompt
-    gap = counter.count_messages(messages, tools) - counter.count_messages(view, tools)
-    return billed_prompt + max(0, calibration.apply(gap))
+    added_tools: Sequence[ToolSchema] = (),
+    digests: Sequence[str] = (),
+) -> tuple[int, History]:
+    """The prompt the client's uncompressed request would have been billed, estimated from
+    this request alone, and its `History` (`digests`: the client messages' chained digests).
+
+    The forwarded request holds what ctxgate put in (`view`: its summary, handoff, archive
+    handles and restored passages; `added_tools`: its own tools, such as recall), so the
+    client's request is estimated from ctxgate's count of it, scaled by what the provider
+    billed for the forwarded one against ctxgate's count of that: the calibration of this
+    very request, whatever ctxgate added."""
+    unchanged = view is messages and not added_tools
+    sent = (
+        billed_prompt
+        if unchanged
+        else counter.count_messages(view, [*(tools or ()), *added_tools] or None)
+    )
+    scale = billed_prompt / sent if sent > 0 else 1.0
+    empty = counter.count_messages([])
+
+    def grown(n: int) -> int:
+        return round((counter.count_messages(messages[n:]) - empty) * scale)
+
+    history = History(digests, grown)
+    if unchanged or sent <= 0:
+        return billed_prompt, history
+    return round(counter.count_messages(messages, tools) * scale), history

@@ -3,9 +3,12 @@
 Money is the billed tiers at the configured prices; the full-history figure is what the client's
 uncompressed requests would have been billed (their counterfactual tiers, same output). Summary
 calls, recall rounds and shadow calls are billed with no counterpart: without compression they
-would not have happened, so they count against the savings. A model without a price adds its
-tokens and no money: its money figures are null, and the overall money covers priced models
-only, naming the others.
+would not have happened, so they count against the savings. The figures say which is which:
+`compression` is what compression saved, its own calls (summaries, recall rounds) counted
+against it; `shadow_checks` is what the shadow checks spent measuring it (an operator's
+choice, sampled, bounded by its own budget); `tokens_saved` and `usd_saved` are the net of
+both. A model without a price adds its tokens and no money: its money figures are null, and
+the overall money covers priced models only, naming the others.
 """
 
 from __future__ import annotations
@@ -92,8 +95,18 @@ class Tally:
             "cache_hit_ratio_after": self.after.value,
             "cache_hit_ratio_full_history": _ratio(self.full.cache_read, self.full.prompt),
         }
+        shadow = self.overhead.get("shadow", Split())
+        shadow_tokens = shadow.prompt + shadow.output
+        compression: dict[str, object] = {
+            "tokens_saved": full_tokens - billed_tokens + shadow_tokens,
+            "tokens_saved_ratio": _ratio(full_tokens - billed_tokens + shadow_tokens, full_tokens),
+            "usd_saved": None,
+            "usd_saved_ratio": None,
+        }
+        checks: dict[str, object] = {"tokens": shadow_tokens, "usd": None}
         if self.priced:
             billed, full = self.billed_usd or 0.0, self.full_usd or 0.0
+            shadow_usd = self.overhead_usd.get("shadow", 0.0)
             out |= {
                 "billed_usd": billed,
                 "full_history_usd": full,
@@ -101,11 +114,20 @@ class Tally:
                 "usd_saved": full - billed,
                 "usd_saved_ratio": _ratio(full - billed, full),
             }
+            compression |= {
+                "usd_saved": full - billed + shadow_usd,
+                "usd_saved_ratio": _ratio(full - billed + shadow_usd, full),
+            }
+            checks["usd"] = shadow_usd
         else:
             out |= dict.fromkeys(
                 ("billed_usd", "full_history_usd", "overhead_usd", "usd_saved", "usd_saved_ratio")
             )
-        return out | {"unpriced_models": sorted(self.unpriced)}
+        return out | {
+            "compression": compression,
+            "shadow_checks": checks,
+            "unpriced_models": sorted(self.unpriced),
+        }
 
 
 def _split_json(split: Split) -> dict[str, int]:

@@ -9,9 +9,14 @@ the noise floor (a sampled model disagrees with itself too).
 
 Shadow calls carry `x-ctxgate-shadow: 1` upstream, so they can be told apart in the
 provider's logs; their answers go nowhere but the comparison, their usage is charged to the
-ledger as `shadow` and never becomes the session's figure. A check starts only while the
-day's token budget holds its estimate (each call: the whole prompt plus `max_tokens`), and
-stops between calls once the budget is spent.
+ledger as `shadow` and never becomes the session's figure.
+
+The day's token budget is a cap, also for checks running at once: a check is admitted only
+when the budget can hold its estimate (each of its calls: the uncompressed prompt plus
+`max_tokens`), which it then reserves before its first call. As each call returns, its share
+of the reservation is replaced by what the provider billed; what a check leaves unspent
+(calls it never made) is released when it ends. A call that failed without an answer keeps
+its estimate as spent: the provider may have billed it, and a cap must not count on it not.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ class ShadowJob:
 
     sk: SessionKey
     model: str
-    trigger: str  # the compression's trigger, "checkpoint" for an earlier one's view
+    trigger: str | None  # the compression's trigger; None: the view is a checkpoint's
+    checkpoint_id: int | None  # the checkpoint the view was made from
     door: FrontDoor
     upstream: Upstream
     headers: Mapping[str, str]  # the upstream request headers the client's request went with
@@ -57,6 +63,17 @@ class ShadowJob:
     compressed_body: bytes  # the view as forwarded (ctxgate's own tools left out)
     answer: bytes | None  # the client's non-streamed answer; None: B is sent again
     full_prompt: int  # tokens of the uncompressed history
+
+
+class Grant:
+    """The share of the day's budget one check holds: reserved before its first call, given
+    back call by call as the calls return."""
+
+    __slots__ = ("call", "held")
+
+    def __init__(self, call: int, calls: int) -> None:
+        self.call = call  # each call's estimate
+        self.held = call * calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +104,7 @@ class Shadow:
         self.clock = clock
         self._day = -1
         self._spent = 0
+        self._reserved = 0  # held by the checks under way
         self._tasks: set[asyncio.Task[Checked | None]] = set()
 
     @property
@@ -94,48 +112,72 @@ class Shadow:
         self._roll()
         return self._spent
 
-    def wants(self, api: str, full_prompt: int, window: int) -> bool:
-        """Whether to check this compressed request (an API whose answers `actions` reads,
-        sampled, fits, within the budget)."""
+    @property
+    def running(self) -> int:
+        """Checks under way."""
+        return len(self._tasks)
+
+    @property
+    def reserved(self) -> int:
+        """Tokens the checks under way hold and have not spent yet."""
+        return self._reserved
+
+    def admit(self, api: str, full_prompt: int, window: int, answered: bool) -> Grant | None:
+        """The budget reserved for checking this compressed request, or None: not checked (an
+        API whose answers `actions` does not read, not sampled, too large for the window, or
+        more than the budget has left). `answered`: the client's answer serves as B, so
+        the check makes two calls, not three."""
         s = self.settings
         if not s.enabled or api not in SHADOW_APIS or full_prompt + s.max_tokens > window:
-            return False
+            return None
         if self.rng.random() >= s.sample_rate:
-            return False
-        return self._affords(3 * (full_prompt + s.max_tokens))
+            return None
+        grant = Grant(full_prompt + s.max_tokens, 2 if answered else 3)
+        self._roll()
+        if self._spent + self._reserved + grant.held > s.daily_tokens:
+            log.info("shadow budget spent: a check was not started")
+            return None
+        self._reserved += grant.held
+        return grant
 
-    def start(self, job: ShadowJob) -> asyncio.Task[Checked | None]:
-        """Run the check in the background; the caller's answer is already out."""
-        task = asyncio.get_running_loop().create_task(self.check(job))
+    def start(self, job: ShadowJob, grant: Grant) -> asyncio.Task[Checked | None]:
+        """Run the check in the background, within `grant`; the caller's answer is already
+        out."""
+        task = asyncio.get_running_loop().create_task(self.check(job, grant))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def check(self, job: ShadowJob) -> Checked | None:
-        """A, A' (and B when needed), compared and recorded; None when it could not finish."""
+    async def check(self, job: ShadowJob, grant: Grant) -> Checked | None:
+        """A, A' (and B when needed), compared and recorded; None when it could not finish.
+        Whatever of `grant` the calls did not spend goes back to the budget."""
         try:
-            return await self._check(job)
+            return await self._check(job, grant)
         except Exception:  # a check is a measurement: it never fails anything else
             log.exception("shadow check of session %s failed", job.sk.key)
             return None
+        finally:
+            self._reserved -= grant.held
+            grant.held = 0
 
-    async def _check(self, job: ShadowJob) -> Checked | None:
+    async def _check(self, job: ShadowJob, grant: Grant) -> Checked | None:
         spent: list[int] = []
         full = shadow_body(job.door.api, job.full_body, self.settings.max_tokens)
-        a = await self._call(job, full, spent)
-        again = await self._call(job, full, spent) if a is not None else None
+        a = await self._call(job, full, spent, grant)
+        again = await self._call(job, full, spent, grant) if a is not None else None
         b = job.answer
         if again is not None and b is None:
             compressed = shadow_body(job.door.api, job.compressed_body, self.settings.max_tokens)
-            b = await self._call(job, compressed, spent)
+            b = await self._call(job, compressed, spent, grant)
         actions = [next_action(job.door.api, x) if x else None for x in (a, again, b)]
         first, second, compressed_action = actions
         if first is None or second is None or compressed_action is None:
             return None
         checked = Checked(agree(compressed_action, first), agree(second, first), sum(spent))
-        self.observe(job.model, job.trigger, checked.agrees, checked.noise_agrees)
+        trigger = await self._trigger(job)
+        self.observe(job.model, trigger, checked.agrees, checked.noise_agrees)
         row = ShadowRow(
-            job.sk, self.clock(), job.model, job.trigger, checked.agrees,
+            job.sk, self.clock(), job.model, trigger, checked.agrees,
             checked.noise_agrees, checked.tokens,
         )  # fmt: skip
         try:
@@ -144,19 +186,37 @@ class Shadow:
             log.warning("could not record a shadow check: %s", exc)
         return checked
 
-    async def _call(self, job: ShadowJob, body: bytes, spent: list[int]) -> bytes | None:
-        """One shadow call, charged; None when the budget is spent or the call failed."""
-        if not self._affords(job.full_prompt + self.settings.max_tokens):
-            log.info("shadow budget spent: check of session %s stopped", job.sk.key)
+    async def _trigger(self, job: ShadowJob) -> str:
+        """The trigger of the compression that made the view: this request's, else the one
+        that made its checkpoint (a background compression's `post_response`, an operator's
+        `manual`), read from its event; "checkpoint" when no event says."""
+        if job.trigger is not None:
+            return job.trigger
+        if job.checkpoint_id is not None:
+            try:
+                found = await self.store.checkpoint_trigger(job.checkpoint_id)
+            except StorageError as exc:
+                log.warning("could not read a checkpoint's trigger: %s", exc)
+                found = None
+            if found is not None:
+                return found
+        return "checkpoint"
+
+    async def _call(
+        self, job: ShadowJob, body: bytes, spent: list[int], grant: Grant
+    ) -> bytes | None:
+        """One shadow call, charged; None when the grant is used up or the call failed."""
+        if grant.held < grant.call:
             return None
         headers = {**job.headers, SHADOW_HEADER: "1", "accept": "application/json"}
         try:
             response = await job.upstream.call("POST", job.door.upstream_path, body, headers)
         except ProxyError as exc:
             log.warning("a shadow call failed: %s", exc)
+            self._settle(grant, grant.call)  # billed or not, nobody can say: counted
             return None
         usage = job.door.usage(response.content) if response.status_code < 400 else None
-        self._spend(usage)
+        self._settle(grant, _tokens(usage))
         spent.append(_tokens(usage))
         await self.ledger.overhead(job.sk, job.model, "shadow", usage)
         if response.status_code >= 400:
@@ -169,13 +229,12 @@ class Shadow:
         if day != self._day:
             self._day, self._spent = day, 0
 
-    def _affords(self, tokens: int) -> bool:
+    def _settle(self, grant: Grant, tokens: int) -> None:
+        """One call's estimate given back and what it cost spent."""
         self._roll()
-        return self._spent + tokens <= self.settings.daily_tokens
-
-    def _spend(self, usage: Usage | None) -> None:
-        self._roll()
-        self._spent += _tokens(usage)
+        grant.held -= grant.call
+        self._reserved -= grant.call
+        self._spent += tokens
 
     async def close(self) -> None:
         """Cancel the checks still running (at shutdown)."""

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.database.tables import metadata, retention_turns, schema_version, usage_daily
 from storage.rows import charges as savings
-from storage.rows import search
+from storage.rows import search, switches
 
 # Any constant: serialises concurrent `open()`s of one PostgreSQL database, whose
 # CREATE TABLEs would otherwise race on the catalog.
@@ -133,3 +133,9 @@ def archive_search_buckets(conn: Connection) -> None:
     """PostgreSQL's search index holds each row's bucket of ids, so a search reads the newest
     matches first (SQLite's index is ordered already)."""
     search.add_buckets(conn)
+
+
+@migration
+def session_switches(conn: Connection) -> None:
+    """Compression can be switched off per session: the switches get their table."""
+    switches.create(conn)

@@ -49,3 +49,15 @@ async def for_session(conn: AsyncConnection, session_id: int) -> list[Event]:
         )
         for r in (await conn.execute(stmt))
     ]
+
+
+async def trigger_of(conn: AsyncConnection, checkpoint_id: int) -> str | None:
+    """The trigger of the compression that made the checkpoint (None: no event names it)."""
+    stmt = (
+        select(events.c.trigger)
+        .where(events.c.checkpoint_id == checkpoint_id)
+        .order_by(events.c.id)
+        .limit(1)
+    )
+    found = (await conn.execute(stmt)).scalar_one_or_none()
+    return None if found is None else str(found)

@@ -155,20 +155,28 @@
   const fmtUsd = (v) => (v === null || v === undefined ? "\u2013" : (v < 0 ? "-$" : "$") + Math.abs(v).toFixed(4));
   const fmtShare = (v) => (v === null || v === undefined ? "\u2013" : (100 * v).toFixed(1) + "%");
 
-  // Sorting key of the Saved column: money where the model has a price, else tokens.
+  // Sorting key of the Saved column (what compression saved): money where the model has a
+  // price, else tokens.
   function savedValue(savings) {
     if (!savings) return null;
-    return savings.usd_saved !== null ? savings.usd_saved : savings.tokens_saved;
+    const c = savings.compression;
+    return c.usd_saved !== null ? c.usd_saved : c.tokens_saved;
   }
 
-  // "12.3k tokens (41.0%), $0.0123": money only where the model has a price.
-  function fmtSaved(savings) {
-    if (!savings) return "\u2013";
-    const tokens = fmtTokensShort(Math.abs(savings.tokens_saved));
-    let text = (savings.tokens_saved < 0 ? "-" : "") + tokens + " tok";
-    if (savings.usd_saved !== null) text += ", " + fmtUsd(savings.usd_saved);
+  // "12.3k tok, $0.0123": money only where the model has a price.
+  function fmtAmount(tokens, usd) {
+    let text = (tokens < 0 ? "-" : "") + fmtTokensShort(Math.abs(tokens)) + " tok";
+    if (usd !== null && usd !== undefined) text += ", " + fmtUsd(usd);
     return text;
   }
+
+  // What compression saved in a session (the list's Saved column).
+  function fmtSaved(savings) {
+    if (!savings) return "\u2013";
+    return fmtAmount(savings.compression.tokens_saved, savings.compression.usd_saved);
+  }
+
+  const withShare = (text, share) => text + " (" + fmtShare(share) + ")";
 
   function fillFacts(dl, facts) {
     dl.replaceChildren();
@@ -183,20 +191,22 @@
     }
   }
 
+  // Compression's savings and the shadow checks' spend side by side, each in tokens and
+  // money; the net figure is the one that subtracts both.
   function savingsFacts(t) {
     const billed = t.billed_tokens;
     const full = t.full_history_tokens;
+    const c = t.compression;
     const overhead = Object.entries(t.overhead_tokens)
-      .map(([kind, split]) => kind + " " + fmtInt(split.prompt + split.output))
-      .join(", ");
+      .map(([kind, split]) => kind + " " + fmtAmount(split.prompt + split.output, t.overhead_usd ? t.overhead_usd[kind] : null))
+      .join("; ");
     return [
-      ["tokens billed", fmtInt(billed.prompt + billed.output)],
-      ["full history would bill", fmtInt(full.prompt + full.output)],
-      ["tokens saved", fmtInt(t.tokens_saved) + " (" + fmtShare(t.tokens_saved_ratio) + ")"],
-      ["billed", t.billed_usd === null ? "no price: tokens only" : fmtUsd(t.billed_usd)],
-      ["full history would cost", fmtUsd(t.full_history_usd)],
-      ["money saved", t.usd_saved === null ? "\u2013" : fmtUsd(t.usd_saved) + " (" + fmtShare(t.usd_saved_ratio) + ")"],
-      ["overhead calls (tokens)", overhead || "none"],
+      ["saved by compression", withShare(fmtAmount(c.tokens_saved, c.usd_saved), c.usd_saved !== null ? c.usd_saved_ratio : c.tokens_saved_ratio)],
+      ["spent on shadow checks", fmtAmount(t.shadow_checks.tokens, t.shadow_checks.usd)],
+      ["net saved (less shadow checks)", withShare(fmtAmount(t.tokens_saved, t.usd_saved), t.usd_saved !== null ? t.usd_saved_ratio : t.tokens_saved_ratio)],
+      ["billed", fmtAmount(billed.prompt + billed.output, t.billed_usd) + (t.billed_usd === null ? " (no price: tokens only)" : "")],
+      ["full history would bill", fmtAmount(full.prompt + full.output, t.full_history_usd)],
+      ["calls made for ctxgate's sake", overhead || "none"],
       ["cache hits before / after compression", fmtShare(t.cache_hit_ratio_before) + " / " + fmtShare(t.cache_hit_ratio_after)],
     ];
   }
@@ -210,17 +220,18 @@
       const tr = document.createElement("tr");
       addCell(tr, model);
       addCell(tr, fmtInt(t.requests), "num");
-      addCell(tr, fmtInt(t.billed_tokens.prompt + t.billed_tokens.output), "num");
-      addCell(tr, fmtInt(t.full_history_tokens.prompt + t.full_history_tokens.output), "num");
-      addCell(tr, fmtInt(t.tokens_saved), "num");
-      addCell(tr, t.billed_usd === null ? "no price" : fmtUsd(t.billed_usd), "num");
-      addCell(tr, fmtUsd(t.full_history_usd), "num");
-      addCell(tr, fmtUsd(t.usd_saved), "num");
-      addCell(tr, fmtShare(t.cache_hit_ratio_before), "num");
-      addCell(tr, fmtShare(t.cache_hit_ratio_after), "num");
+      addCell(tr, fmtAmount(t.billed_tokens.prompt + t.billed_tokens.output, t.billed_usd), "num");
+      addCell(tr, fmtAmount(t.full_history_tokens.prompt + t.full_history_tokens.output, t.full_history_usd), "num");
+      addCell(tr, fmtAmount(t.compression.tokens_saved, t.compression.usd_saved), "num compression-saved");
+      addCell(tr, fmtAmount(t.shadow_checks.tokens, t.shadow_checks.usd), "num shadow-spent");
+      addCell(tr, fmtAmount(t.tokens_saved, t.usd_saved), "num");
+      addCell(tr, fmtShare(t.cache_hit_ratio_before) + " / " + fmtShare(t.cache_hit_ratio_after), "num");
       tbody.appendChild(tr);
     }
     $("savings").dataset.models = String(models.length);
+    const total = figures.total;
+    $("savings").dataset.compressionUsd = String(total.compression.usd_saved);
+    $("savings").dataset.shadowUsd = String(total.shadow_checks.usd);
     const shadow = Object.entries(figures.shadow.models);
     const body = $("shadow-table").tBodies[0];
     body.replaceChildren();
@@ -230,7 +241,8 @@
       addCell(tr, fmtInt(s.samples), "num");
       addCell(tr, fmtShare(s.agreement), "num");
       addCell(tr, fmtShare(s.noise_floor_agreement), "num");
-      addCell(tr, fmtInt(s.tokens), "num");
+      const spent = figures.models[model] ? figures.models[model].shadow_checks.usd : null;
+      addCell(tr, fmtAmount(s.tokens, spent), "num");
       body.appendChild(tr);
     }
     if (!shadow.length) {
@@ -268,6 +280,7 @@
       addCell(tr, fmtInt(s.compression_count), "num");
       addCell(tr, s.last_prompt_tokens_pending ? "pending" : fmtInt(s.last_prompt_tokens), "num");
       addCell(tr, fmtSaved(s.savings), "num saved");
+      addCell(tr, s.compression, "switch");
       addCell(tr, fmtTime(s.updated_at));
       tr.addEventListener("click", () => openSession(s).catch(handleFailure));
       tbody.appendChild(tr);
@@ -295,7 +308,7 @@
   // ---- session detail -------------------------------------------------------------------
 
   async function openSession(s) {
-    state.current = { scope: s.scope, key: s.key };
+    state.current = { scope: s.scope, key: s.key, root: s.root_key || s.root };
     const detail = await api("GET", sessionPath(s));
     renderDetail(detail);
     renderSessions();
@@ -322,6 +335,7 @@
       ["hygiene line", limits ? fmtInt(limits.hygiene_tokens) : "\u2013"],
       ["archived messages", fmtInt(detail.archived_count)],
     ];
+    facts.push(["compression", detail.compression === "off" ? "off for this session: requests relayed verbatim" : "on"]);
     if (s.parent_key) facts.push(["rotated from", s.parent_key]);
     if (s.child_key) facts.push(["rotated to", s.child_key]);
     fillFacts($("facts"), facts);
@@ -337,6 +351,9 @@
     renderEvents(detail.events);
     $("archived-count").textContent = String(detail.archived_count);
     $("action-result").textContent = "";
+    state.compression = detail.compression;
+    $("switch").textContent = detail.compression === "off" ? "Switch compression on" : "Switch compression off";
+    $("detail").dataset.compression = detail.compression;
   }
 
   function renderEvents(events) {
@@ -567,6 +584,18 @@
     }
   }
 
+  // The switch belongs to the client's session id, whichever rotation of it is open.
+  async function switchCompression() {
+    if (!state.current) return;
+    const root = { scope: state.current.scope, key: state.current.root || state.current.key };
+    try {
+      await api("PUT", sessionPath(root) + "/compression", { enabled: state.compression === "off" });
+      await refresh();
+    } catch (err) {
+      handleFailure(err);
+    }
+  }
+
   async function deleteCurrent() {
     if (!state.current) return;
     if (!window.confirm("Delete session " + state.current.key + " with its archive?")) return;
@@ -633,6 +662,7 @@
     }
     $("close-detail").addEventListener("click", closeDetail);
     $("compress").addEventListener("click", compressNow);
+    $("switch").addEventListener("click", () => switchCompression());
     $("delete").addEventListener("click", deleteCurrent);
     $("archive").addEventListener("toggle", () => {
       if ($("archive").open) loadArchive().catch(handleFailure);

@@ -188,6 +188,10 @@ def test_dashboard_renders_a_compressed_session(
     ).json()
     # The requests whose uncompressed history still fit the 8K window were shadow-checked.
     savings = charges_settled(proxy, detail["session"]["request_count"], shadow_samples=1)
+    # Compression switched off for the session: the list and the panel say so.
+    path = f"/admin/sessions/{scope_for(AGENT_KEY)}/{quote(SESSION, safe='')}/compression"
+    switched = httpx.put(root(proxy) + path, json={"enabled": False}, headers=admin)
+    assert switched.json()["compression"] == "off"
     url = dashboard_url(proxy, key=ADMIN_KEY, session=f"{scope_for(AGENT_KEY)}/{SESSION}")
 
     dumped = chromium(url, tmp_path / "profile-dom", "--dump-dom")
@@ -213,10 +217,28 @@ def test_dashboard_renders_a_compressed_session(
     # Savings: the total, a row per model, the session list's column and the session's panel.
     assert dom.by_id["savings"]["data-models"] == "1"
     assert "small-8k" in dom.text["savings-table"]
-    saved = savings["total"]["usd_saved"]
-    assert f"{'-' if saved < 0 else ''}${abs(saved):.4f}" in dom.text["savings-total"]
+    # Side by side, in tokens and money: what compression saved, what the shadow checks
+    # spent, and the net of both.
+    total = savings["total"]
+
+    def usd(value: float) -> str:
+        return f"{'-' if value < 0 else ''}${abs(value):.4f}"
+
+    facts = dom.text["savings-total"]
+    assert usd(total["compression"]["usd_saved"]) in facts
+    assert usd(total["shadow_checks"]["usd"]) in facts
+    assert usd(total["usd_saved"]) in facts
+    assert total["shadow_checks"]["usd"] > 0
+    assert total["compression"]["usd_saved"] == pytest.approx(
+        total["usd_saved"] + total["shadow_checks"]["usd"]
+    )
+    for name in ("saved by compression", "spent on shadow checks", "net saved"):
+        assert name in facts and name in dom.text["session-savings"]
     assert " tok, " in dom.text["sessions-table"]
-    assert "money saved" in dom.text["session-savings"]
+    assert dom.count("td", "compression-saved") == dom.count("td", "shadow-spent") == 1
+    assert dom.by_id["detail"]["data-compression"] == "off"
+    assert "off for this session" in dom.text["facts"]
+    assert dom.count("td", "switch") == 1 and "off" in dom.text["sessions-table"]
     assert dom.by_id["session-savings"]["data-priced"] == "true"
     # Shadow checks: a row per model with its agreement, noise floor and samples.
     assert dom.by_id["savings"]["data-shadow-models"] == "1"

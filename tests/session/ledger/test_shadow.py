@@ -157,15 +157,42 @@ def test_agreement_is_full_when_the_compression_keeps_what_the_model_acts_on(
         run(proxy, fact_in_tool_output=False, after=4, stream=stream)
         shadow = shadow_figures(proxy, 4)
         metrics = httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
-    labels = f'model="{MODEL}",pair="b_vs_a",trigger="checkpoint"'
+    # Labelled with the trigger of the compression that made the view: the operator's.
+    labels = f'model="{MODEL}",pair="b_vs_a",trigger="manual"'
     assert f"ctxgate_shadow_agreements_total{{{labels}}} 4.0" in metrics
     model = shadow["models"][MODEL]
     assert model["samples"] == 4
     assert model["agreement"] == 1.0
     assert model["noise_floor_agreement"] == 1.0  # a deterministic model agrees with itself
-    assert set(model["triggers"]) == {"checkpoint"}
+    assert set(model["triggers"]) == {"manual"}
     # A and A' for each check; B sent again only when the client's answer was streamed.
     assert len(shadow_requests(sim)) == 4 * (3 if stream else 2)
+
+
+def test_samples_of_a_background_compressions_views_carry_its_trigger(
+    sim: Simulator, db_path: str
+) -> None:
+    sim.responder = InViewModel((INDENT, COLOUR))
+    config = settings_for(
+        sim.base_url,
+        db_path,
+        models=[{"match": "*", "upstream": "sim", "context_length": 9000}],
+        compression={
+            "background": True,
+            "options": {"min_threshold_tokens": 1000},
+            "shadow": {"enabled": True, "sample_rate": 1.0, "max_tokens": BOUND},
+        },
+        auth={"admin_key": "adm"},
+    )
+    with ProxyServer(config) as proxy:
+        agent = Agent(proxy, fact_in_tool_output=False)
+        for _ in range(16):
+            agent.step()
+            time.sleep(0.2)  # the background compression commits between requests
+        shadow = shadow_figures(proxy, 1)
+    triggers = set(shadow["models"][MODEL]["triggers"])
+    assert "post_response" in triggers, triggers
+    assert "checkpoint" not in triggers
 
 
 def test_agreement_drops_when_the_compression_removes_a_fact_the_model_needs(

@@ -1,0 +1,74 @@
+"""Compression switched off for one session, without a restart.
+
+A request turns it off (or on) with the header `x-ctxgate-compression: off` (`on`), an
+operator with the admin API; either is stored with the session (the client's session id), so
+it holds for the session's later requests, on every replica. A request without the header
+reads the stored switch, remembered here for a second: a switch set on another replica is
+seen there within that second.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from session.errors import BadRequest
+from storage import SessionKey, SessionStore, StorageError
+
+log = logging.getLogger("ctxgate.gateway")
+
+HEADER = "x-ctxgate-compression"
+_VALUES = {"off": True, "on": False}
+_KEPT_S = 1.0  # how long a switch read from the database is trusted
+_REMEMBERED = 10_000
+
+
+def asked_off(headers: Mapping[str, str]) -> bool | None:
+    """What the request's header asks: True (off), False (on), None (nothing)."""
+    value = headers.get(HEADER)
+    if value is None:
+        return None
+    off = _VALUES.get(value.strip().lower())
+    if off is None:
+        raise BadRequest(
+            f"The header '{HEADER}' takes 'on' or 'off', not {value[:40]!r}.", param=HEADER
+        )
+    return off
+
+
+class Switches:
+    def __init__(self, store: SessionStore, clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.clock = clock
+        self._known: dict[SessionKey, tuple[bool, float]] = {}
+
+    async def compression_off(self, sk: SessionKey, headers: Mapping[str, str]) -> bool:
+        """Whether compression is off for this request of the session `sk` (the client's
+        session id); a header that switches it is stored first."""
+        asked = asked_off(headers)
+        known = self._known.get(sk)
+        fresh = known is not None and self.clock() - known[1] < _KEPT_S
+        if asked is not None:
+            if not fresh or known is None or known[0] != asked:
+                await self.set(sk, asked)
+            return asked
+        if fresh and known is not None:
+            return known[0]
+        try:
+            off = sk in await self.store.compression_off([sk])
+        except StorageError as exc:
+            log.warning("could not read session %s's compression switch: %s", sk.key, exc)
+            return known[0] if known is not None else False
+        self._remember(sk, off)
+        return off
+
+    async def set(self, sk: SessionKey, off: bool) -> None:
+        """Store the switch (and know it here at once)."""
+        await self.store.set_compression(sk, off)
+        self._remember(sk, off)
+
+    def _remember(self, sk: SessionKey, off: bool) -> None:
+        if len(self._known) >= _REMEMBERED:
+            self._known.clear()
+        self._known[sk] = (off, self.clock())
