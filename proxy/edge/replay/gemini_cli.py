@@ -1,0 +1,112 @@
+"""Gemini CLI's saved sessions as Gemini API requests: its chat recordings
+(`~/.gemini/tmp/PROJECT/chats/session-*.json`) and its `/chat save` checkpoints
+(`checkpoint-TAG.json`, the conversation's `contents` as sent).
+
+A chat recording is `{"sessionId", "messages": [...]}`: a `user` message's `content` is text or
+parts; a `gemini` message has its text and `toolCalls`, each with the `functionResponse` parts
+of its `result`, which the CLI sent back as the next user turn. `info` and `error` messages
+are the CLI's own and never reached the model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from proxy.edge.replay.jsonl import json_file
+from proxy.edge.replay.recording import Body, Recording, RecordingError, growing
+
+SOURCE = "gemini-cli"
+DEFAULT_MODEL = "gemini-2.5-pro"  # the CLI's default; a checkpoint does not name its model
+
+
+def looks_like(value: Any) -> bool:
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(c, dict) and "parts" in c for c in value)
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("messages"), list)
+        and ("sessionId" in value or "projectHash" in value)
+    )
+
+
+def read(path: Path) -> list[Recording]:
+    value = json_file(path)
+    if isinstance(value, list):
+        contents, model, name = [dict(c) for c in value], DEFAULT_MODEL, path.stem
+    elif looks_like(value):
+        contents, model = _contents(value["messages"])
+        name = str(value.get("sessionId") or path.stem)
+    else:
+        raise RecordingError(f"{path}: not a Gemini CLI chat or checkpoint")
+    base: Body = {"contents": []}
+    bodies = growing(base, "contents", contents, lambda c: c.get("role") == "model")
+    return [Recording(name, SOURCE, "gemini", model, bodies)] if bodies else []
+
+
+def _contents(messages: list[Any]) -> tuple[list[Body], str]:
+    contents: list[Body] = []
+    model = ""
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        if message.get("type") == "user":
+            _add(contents, "user", _parts(message.get("content")))
+        elif message.get("type") == "gemini":
+            model = model or str(message.get("model") or "")
+            calls = [c for c in message.get("toolCalls") or [] if isinstance(c, dict)]
+            parts = _parts(message.get("content"))
+            parts += [{"functionCall": _call(c)} for c in calls]
+            _add(contents, "model", parts)
+            _add(contents, "user", [p for c in calls for p in _responses(c)])
+    return contents, model or DEFAULT_MODEL
+
+
+def _add(contents: list[Body], role: str, parts: list[Body]) -> None:
+    if not parts:
+        return
+    if contents and contents[-1]["role"] == role:
+        contents[-1]["parts"].extend(parts)
+    else:
+        contents.append({"role": role, "parts": parts})
+
+
+def _parts(content: Any) -> list[Body]:
+    if isinstance(content, str):
+        return [{"text": content}] if content.strip() else []
+    if isinstance(content, dict):
+        content = [content]
+    if not isinstance(content, list):
+        return []
+    parts = []
+    for part in content:
+        if isinstance(part, str) and part.strip():
+            parts.append({"text": part})
+        elif isinstance(part, dict) and not (set(part) == {"text"} and not part["text"]):
+            parts.append(dict(part))
+    return parts
+
+
+def _call(call: dict[str, Any]) -> Body:
+    out: Body = {"name": call.get("name", ""), "args": call.get("args") or {}}
+    if call.get("id"):
+        out["id"] = call["id"]
+    return out
+
+
+def _responses(call: dict[str, Any]) -> list[Body]:
+    """The parts the CLI sent back for a call: the `functionResponse` parts of its result,
+    else one made of what the terminal showed."""
+    result = call.get("result")
+    found = [
+        dict(part)
+        for part in (result if isinstance(result, list) else [])
+        if isinstance(part, dict) and "functionResponse" in part
+    ]
+    if found:
+        return found
+    shown = call.get("resultDisplay")
+    response: Body = {"name": call.get("name", ""), "response": {"output": str(shown or "")}}
+    if call.get("id"):
+        response["id"] = call["id"]
+    return [{"functionResponse": response}]
