@@ -78,6 +78,12 @@ def _compress(args: argparse.Namespace) -> int:
     )
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from proxy.edge.replay.command import run
+
+    return run(args)
+
+
 def _run(args: argparse.Namespace) -> int:
     import os
 
@@ -89,6 +95,12 @@ def _run(args: argparse.Namespace) -> int:
     # The agent inherits the user's whole environment, and the embedded server's upstreams
     # come from it the way the zero-config settings do.
     return run(options, os.environ)  # noqa: TID251
+
+
+def _replay_arguments(parser: argparse.ArgumentParser) -> None:
+    from proxy.edge.replay.command import add_arguments
+
+    add_arguments(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     compress.add_argument("--force", action="store_true", help="compress even under threshold")
     compress.add_argument("--focus", help="topic the summary should preserve in detail")
     compress.set_defaults(run=_compress)
+    replay = sub.add_parser(
+        "replay",
+        help="replay saved agent sessions through ctxgate offline and report what it saves",
+        description="Read saved sessions (Claude Code, Codex, Gemini CLI, OpenCode, or Chat "
+        "Completions / Responses bodies), send each request through ctxgate's session path "
+        "with no provider, and report tokens and money with and without ctxgate.",
+    )
+    _replay_arguments(replay)
+    replay.set_defaults(run=_replay)
     agent = sub.add_parser(
         "run",
         help="run an agent through ctxgate (claude, codex, aider, opencode, gemini, …)",
