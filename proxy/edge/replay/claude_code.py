@@ -5,7 +5,8 @@ streamed as several content blocks is logged one line per block, all with the sa
 id: they are joined back into one message. Lines of sub-agents (`isSidechain`), and the
 messages Claude Code writes itself without a model call (model `<synthetic>`), are not part
 of the main conversation's requests. The log keeps neither the system prompt nor the tool
-schemas, so the replayed requests are the conversation alone.
+schemas nor the cache breakpoint, so the replayed requests are the conversation with Claude
+Code's breakpoint on the newest message.
 """
 
 from __future__ import annotations
@@ -52,9 +53,19 @@ def read(path: Path) -> list[Recording]:
     if not model:
         raise RecordingError(f"{path}: no answer of a model in this Claude Code log")
     base: Body = {"model": model, "max_tokens": MAX_TOKENS, "stream": False}
-    bodies = growing(base, "messages", messages, lambda m: m["role"] == "assistant")
+    grown = growing(base, "messages", messages, lambda m: m["role"] == "assistant")
+    bodies = tuple(_with_breakpoint(body) for body in grown)
     name = next((str(x["sessionId"]) for x in lines if x.get("sessionId")), path.stem)
     return [Recording(name, SOURCE, "messages", model, bodies)] if bodies else []
+
+
+def _with_breakpoint(body: Body) -> Body:
+    """The body with the cache breakpoint Claude Code sets on its newest message (the log
+    does not keep it): the provider reads the prefix it shares with the previous request."""
+    *earlier, last = body["messages"]
+    *blocks, end = last["content"]
+    marked = {**end, "cache_control": {"type": "ephemeral"}}
+    return {**body, "messages": [*earlier, {**last, "content": [*blocks, marked]}]}
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

@@ -30,7 +30,12 @@ def _read(path: Path) -> list[Recording]:
     if path.is_file():
         return reader_for(path)(path)
     found: list[Recording] = []
+    stores = sorted({p.parent for p in path.rglob("message") if opencode.storage_root(p.parent)})
+    for store in stores:
+        found.extend(opencode.read(store))
     for file in sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl")):
+        if any(store in file.parents for store in stores):
+            continue
         try:
             reader = reader_for(file)
         except RecordingError:
