@@ -1,9 +1,7 @@
 """`ctxgate replay PATH…`: saved agent sessions replayed through ctxgate's own session path.
 
-`recording.py` is a session as the requests its agent sent (pure); the readers turn each
-agent's saved sessions into those requests, in the agent's own API (`claude_code.py`,
-`codex.py`, `gemini_cli.py`, `opencode.py`, `plain.py`), and `formats.py` says which reader a
-path needs. `double.py` answers upstream calls in place of the provider (no network) and
+`readers/` turns each agent's saved sessions into the requests the agent sent, in its own
+API. `meter.py` says what a provider would bill for a request; `double.py` answers upstream calls in place of the provider (no network) and
 measures what it received; `runner.py` builds the services `serve` runs on over that double
 and sends each request through the gateway in order; `figures.py` adds up what each session
 cost with and without ctxgate (pure); `report.py` writes the text and JSON report,

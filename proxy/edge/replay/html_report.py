@@ -45,7 +45,11 @@ def chart(s: SessionFigures) -> str:
         points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values) if v is not None)
         return f"<polyline fill='none' stroke='{color}' stroke-width='1.6' points='{points}'/>"
 
-    legend = [("as sent", SENT), ("forwarded by ctxgate", FORWARDED), (f"window {s.window:,}", WINDOW)]
+    legend = [
+        ("as sent", SENT),
+        ("forwarded by ctxgate", FORWARDED),
+        (f"window {s.window:,}", WINDOW),
+    ]
     keys = "".join(
         f"<text x='{PAD + 180 * i}' y='16' fill='{color}' font-size='12'>— {escape(label)}</text>"
         for i, (label, color) in enumerate(legend)

@@ -2,6 +2,12 @@
 the model, split into cache tiers by the prefix it shares with the previous request of its
 lane (pure but for the counters' caches).
 
+A prompt is counted as OpenAI documents its billing of chat messages (3 tokens a message, its
+role, text, name and tool calls, 3 to prime the reply, the tool schemas as compact JSON), not
+with the margins ctxgate's own estimates keep for safety: what ctxgate would forward is
+measured as a provider would bill it, and ctxgate calibrates its estimates against that as it
+does against a real provider.
+
 The prompt cache is modelled as the providers bill it: OpenAI-shaped APIs and Gemini cache by
 themselves (a prompt of 1,024 tokens or more reads its longest cached prefix, in 128-token
 steps); Anthropic caches only where the request sets a `cache_control` breakpoint, reading the
@@ -13,14 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from compression import Message, TokenCounter, ToolSchema
+import orjson
+
+from compression import IMAGE_PARTS, Message, TokenCounter, ToolSchema
 from proxy.doors.registry import Door
 from session.ledger.tiers import AUTOMATIC_MIN, AUTOMATIC_STEP, Split
 from session.ports.frontdoor import WireRequest
 
 CounterFor = Callable[[str], TokenCounter]
 _BREAKPOINT = b'"cache_control"'
+PER_MESSAGE = 3
+PER_NAME = 1
+REPLY_PRIMING = 3
+IMAGE_TOKENS = 765  # a high-detail 512-pixel tile, OpenAI's figure
 
 
 @dataclass(slots=True)
@@ -45,11 +58,48 @@ class Meter:
     def measure(self, door: Door, raw: bytes, lane: Lane) -> Measured:
         request = door.parse(raw)
         counter = self.counter_for(request.model)
-        prompt = counter.count_messages(request.messages, request.tools)
+        tools = billed_tools(counter, request.tools)
+        counts = [billed_message(counter, m) for m in request.messages]
+        prompt = sum(counts) + tools + REPLY_PRIMING
         shared = _shared(lane, request)
-        prefix = min(prompt, counter.count_messages(request.messages[:shared], request.tools))
+        prefix = sum(counts[:shared]) + tools
         lane.messages, lane.tools = request.messages, request.tools
         return Measured(request, prompt, tiers(door.api, raw, prompt, prefix if shared else 0))
+
+
+def billed_message(counter: TokenCounter, message: Message) -> int:
+    n = PER_MESSAGE + counter.count_text(str(message.get("role") or ""))
+    content = message.get("content")
+    for part in content if isinstance(content, list) else [content]:
+        n += _part(counter, part)
+    if message.get("name"):
+        n += counter.count_text(str(message.get("name"))) + PER_NAME
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            n += counter.count_text(str(fn.get("name") or ""))
+            n += _part(counter, fn.get("arguments"))
+    return n
+
+
+def billed_tools(counter: TokenCounter, tools: list[ToolSchema] | None) -> int:
+    if not tools:
+        return 0
+    return counter.count_text(orjson.dumps(tools).decode())
+
+
+def _part(counter: TokenCounter, part: Any) -> int:
+    if part is None:
+        return 0
+    if isinstance(part, str):
+        return counter.count_text(part)
+    if isinstance(part, dict):
+        if part.get("type") in IMAGE_PARTS:
+            return IMAGE_TOKENS
+        for key in ("text", "refusal"):
+            if isinstance(part.get(key), str):
+                return counter.count_text(part[key])
+    return counter.count_text(orjson.dumps(part).decode())
 
 
 def tiers(api: str, raw: bytes, prompt: int, prefix: int) -> Split:

@@ -79,7 +79,9 @@ def _row(s: SessionFigures) -> list[str]:
 
 def _compressions(outcomes: Sequence[str]) -> str:
     kinds = {o: outcomes.count(o) for o in dict.fromkeys(outcomes)}
-    return f"{len(outcomes)}" + (f" ({', '.join(f'{n} {o}' for o, n in kinds.items())})" if kinds else "")
+    return f"{len(outcomes)}" + (
+        f" ({', '.join(f'{n} {o}' for o, n in kinds.items())})" if kinds else ""
+    )
 
 
 def _money(s: SessionFigures) -> str:

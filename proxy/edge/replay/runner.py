@@ -25,7 +25,7 @@ from proxy.doors.registry import APIS, BY_API, Door
 from proxy.edge.replay.double import FALLBACK_HOST, PROVIDER_HOST, UpstreamDouble
 from proxy.edge.replay.figures import RequestFigures, SessionFigures, answered_edits
 from proxy.edge.replay.meter import Lane, Meter
-from proxy.edge.replay.recording import Recording
+from proxy.edge.replay.readers.recording import Recording
 from proxy.edge.services import Services, start_services
 from proxy.provider.transport import new_http_transport
 from session.config.reader import SettingsError

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.edge.replay.formats import read_paths, reader_for
-from proxy.edge.replay.recording import Recording, RecordingError
+from proxy.edge.replay.readers.formats import read_paths, reader_for
+from proxy.edge.replay.readers.recording import Recording, RecordingError
 
 DATA = Path(__file__).parents[3] / "data" / "replay"
 CORPUS = Path(__file__).parents[3] / "data" / "corpus" / "sweagent_fc_demos.jsonl"
@@ -66,7 +66,11 @@ def test_claude_code_log_reads_as_messages_requests() -> None:
 
 def test_codex_rollout_reads_as_responses_requests() -> None:
     recording = _one(CODEX)
-    assert (recording.source, recording.api, recording.model) == ("codex", "responses", "gpt-5-codex")
+    assert (recording.source, recording.api, recording.model) == (
+        "codex",
+        "responses",
+        "gpt-5-codex",
+    )
     assert len(recording.bodies) == _answers()
     _grows(recording, "input")
     body = recording.bodies[-1]
@@ -104,7 +108,7 @@ def test_opencode_storage_reads_as_chat_requests() -> None:
     assert len(recording.bodies) == _answers()
     _grows(recording, "messages")
     messages = recording.bodies[-1]["messages"]
-    source = [m for m in _source()[1:]]
+    source = _source()[1:]
     assert [m["role"] for m in messages] == [m["role"] for m in source][: len(messages)]
     calls = [c["id"] for m in messages for c in m.get("tool_calls") or []]
     results = [m["tool_call_id"] for m in messages if m["role"] == "tool"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from proxy.edge.replay import claude_code, codex, gemini_cli, opencode, plain
-from proxy.edge.replay.jsonl import json_file, json_lines
-from proxy.edge.replay.recording import Recording, RecordingError
+from proxy.edge.replay.readers import claude_code, codex, gemini_cli, opencode, plain
+from proxy.edge.replay.readers.jsonl import json_file, json_lines
+from proxy.edge.replay.readers.recording import Recording, RecordingError
 
 Reader = Callable[[Path], list[Recording]]
 _PEEK_LINES = 20

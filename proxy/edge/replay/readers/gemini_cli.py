@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.edge.replay.jsonl import json_file
-from proxy.edge.replay.recording import Body, Recording, RecordingError, growing
+from proxy.edge.replay.readers.jsonl import json_file
+from proxy.edge.replay.readers.recording import Body, Recording, RecordingError, growing
 
 SOURCE = "gemini-cli"
 DEFAULT_MODEL = "gemini-2.5-pro"  # the CLI's default; a checkpoint does not name its model

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from proxy.edge.replay.recording import RecordingError
+from proxy.edge.replay.readers.recording import RecordingError
 
 
 def json_lines(path: Path) -> list[dict[str, Any]]:

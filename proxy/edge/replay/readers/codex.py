@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.edge.replay.jsonl import json_lines
-from proxy.edge.replay.recording import Body, Recording, RecordingError, growing
+from proxy.edge.replay.readers.jsonl import json_lines
+from proxy.edge.replay.readers.recording import Body, Recording, RecordingError, growing
 
 SOURCE = "codex"
 DEFAULT_MODEL = "gpt-5-codex"  # Codex's default when a rollout names none

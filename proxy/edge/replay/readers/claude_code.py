@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.edge.replay.jsonl import json_lines
-from proxy.edge.replay.recording import Body, Recording, RecordingError, growing
+from proxy.edge.replay.readers.jsonl import json_lines
+from proxy.edge.replay.readers.recording import Body, Recording, RecordingError, growing
 
 SOURCE = "claude-code"
 MAX_TOKENS = 32_000  # Claude Code's default output reservation

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from proxy.edge.replay.jsonl import json_file
-from proxy.edge.replay.recording import Body, Recording, RecordingError, growing
+from proxy.edge.replay.readers.jsonl import json_file
+from proxy.edge.replay.readers.recording import Body, Recording, RecordingError, growing
 
 SOURCE = "opencode"
 DEFAULT_MODEL = "gpt-4.1"
@@ -98,8 +98,10 @@ def _answer(step: list[dict[str, Any]]) -> list[Body]:
             }
             for p in tools
         ]
-    return [answer, *({"role": "tool", "tool_call_id": str(p["callID"]), "content": _output(p)}
-                      for p in tools)]
+    return [
+        answer,
+        *({"role": "tool", "tool_call_id": str(p["callID"]), "content": _output(p)} for p in tools),
+    ]
 
 
 def _state(part: dict[str, Any]) -> dict[str, Any]:
