@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 
 from proxy.config_file import load_settings
-from proxy.edge.replay.readers.formats import read_paths
 from proxy.edge.replay.html_report import html_report
 from proxy.edge.replay.progress import ProgressBar
+from proxy.edge.replay.readers.formats import read_paths
 from proxy.edge.replay.readers.recording import RecordingError
 from proxy.edge.replay.report import as_json, text_report
 from proxy.edge.replay.runner import ReplayOptions, replay_all

@@ -24,11 +24,14 @@ from typing import Any
 import orjson
 
 from compression import IMAGE_PARTS, Message, TokenCounter, ToolSchema
+from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.registry import Door
 from session.ledger.tiers import AUTOMATIC_MIN, AUTOMATIC_STEP, Split
 from session.ports.frontdoor import WireRequest
 
 CounterFor = Callable[[str], TokenCounter]
+CountText = Callable[[str], int]
+_REMEMBERED = 200_000  # texts whose count is kept
 _BREAKPOINT = b'"cache_control"'
 PER_MESSAGE = 3
 PER_NAME = 1
@@ -38,10 +41,19 @@ IMAGE_TOKENS = 765  # a high-detail 512-pixel tile, OpenAI's figure
 
 @dataclass(slots=True)
 class Lane:
-    """The previous request of a stream of requests sharing a cache."""
+    """The previous request of a stream of requests sharing a cache, and the bodies parsed
+    before (a grown body is parsed only as far as it is new, as the gateway does)."""
 
     messages: list[Message] = field(default_factory=list)
     tools: list[ToolSchema] | None = None
+    earlier: dict[str, GrownBodies] = field(default_factory=dict)
+
+    def bodies(self, door: Door) -> GrownBodies | None:
+        if door.grows is None:
+            return None
+        if door.api not in self.earlier:
+            self.earlier[door.api] = GrownBodies(door.grows)
+        return self.earlier[door.api]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,31 +66,48 @@ class Measured:
 class Meter:
     def __init__(self, counter_for: CounterFor) -> None:
         self.counter_for = counter_for
+        self._texts: dict[str, int] = {}  # an agent sends each message again and again
 
     def measure(self, door: Door, raw: bytes, lane: Lane) -> Measured:
-        request = door.parse(raw)
+        earlier = lane.bodies(door)
+        request = door.parse(raw, earlier)
+        if earlier is not None:
+            earlier.settle()
         counter = self.counter_for(request.model)
         tools = billed_tools(counter, request.tools)
-        counts = [billed_message(counter, m) for m in request.messages]
+        counts = [billed_message(self._count(counter), m) for m in request.messages]
         prompt = sum(counts) + tools + REPLY_PRIMING
         shared = _shared(lane, request)
         prefix = sum(counts[:shared]) + tools
         lane.messages, lane.tools = request.messages, request.tools
         return Measured(request, prompt, tiers(door.api, raw, prompt, prefix if shared else 0))
 
+    def _count(self, counter: TokenCounter) -> CountText:
+        texts = self._texts
 
-def billed_message(counter: TokenCounter, message: Message) -> int:
-    n = PER_MESSAGE + counter.count_text(str(message.get("role") or ""))
+        def count(text: str) -> int:
+            n = texts.get(text)
+            if n is None:
+                if len(texts) >= _REMEMBERED:
+                    texts.clear()
+                n = texts[text] = counter.count_text(text)
+            return n
+
+        return count
+
+
+def billed_message(count: CountText, message: Message) -> int:
+    n = PER_MESSAGE + count(str(message.get("role") or ""))
     content = message.get("content")
     for part in content if isinstance(content, list) else [content]:
-        n += _part(counter, part)
+        n += _part(count, part)
     if message.get("name"):
-        n += counter.count_text(str(message.get("name"))) + PER_NAME
+        n += count(str(message.get("name"))) + PER_NAME
     for call in message.get("tool_calls") or []:
         fn = call.get("function") if isinstance(call, dict) else None
         if isinstance(fn, dict):
-            n += counter.count_text(str(fn.get("name") or ""))
-            n += _part(counter, fn.get("arguments"))
+            n += count(str(fn.get("name") or ""))
+            n += _part(count, fn.get("arguments"))
     return n
 
 
@@ -88,18 +117,18 @@ def billed_tools(counter: TokenCounter, tools: list[ToolSchema] | None) -> int:
     return counter.count_text(orjson.dumps(tools).decode())
 
 
-def _part(counter: TokenCounter, part: Any) -> int:
+def _part(count: CountText, part: Any) -> int:
     if part is None:
         return 0
     if isinstance(part, str):
-        return counter.count_text(part)
+        return count(part)
     if isinstance(part, dict):
         if part.get("type") in IMAGE_PARTS:
             return IMAGE_TOKENS
         for key in ("text", "refusal"):
             if isinstance(part.get(key), str):
-                return counter.count_text(part[key])
-    return counter.count_text(orjson.dumps(part).decode())
+                return count(part[key])
+    return count(orjson.dumps(part).decode())
 
 
 def tiers(api: str, raw: bytes, prompt: int, prefix: int) -> Split:

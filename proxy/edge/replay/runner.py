@@ -183,13 +183,14 @@ async def _session(
         "x-session-id": session_id,
         "content-type": "application/json",
     }
-    raws = [orjson.dumps(body) for body in recording.bodies]
-    final = door.parse(raws[-1]).messages if raws else []
+    bodies = recording.bodies
+    final = door.parse(orjson.dumps(bodies[-1])).messages if bodies else []
     ops = file_ops(final)
     direct = Lane()
     double.begin(Lane())
     previous: tuple[int, str] | None = None  # the previous request's end and forwarded text
-    for n, raw in enumerate(raws):
+    for n, body in enumerate(bodies):
+        raw = orjson.dumps(body)  # one at a time: a long session's requests add up to GBs
         sent = double.meter.measure(door, raw, direct)
         end = len(sent.request.messages)
         if previous is not None:
@@ -218,7 +219,7 @@ async def _session(
         )
         previous = (end, shown)
         if progress is not None:
-            progress(recording.name, n + 1, len(raws))
+            progress(recording.name, n + 1, len(bodies))
     figures.summaries = list(double.summaries)
     figures.compressions = await _events(services, headers, session_id)
     figures.seconds = time.monotonic() - started

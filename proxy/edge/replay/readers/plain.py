@@ -1,6 +1,6 @@
-"""Plain request bodies: a Chat Completions or Responses body (its history holds every
-earlier request), a JSON list of bodies, or JSON lines of bodies (requests as recorded, sent
-in order)."""
+"""Plain request bodies: a Chat Completions, Responses or Messages body (its history holds
+every earlier request), a JSON list of bodies, or JSON lines of bodies (requests as recorded,
+sent in order). A recorded request `{"path", "headers", "body"}` counts as its body."""
 
 from __future__ import annotations
 
@@ -13,7 +13,17 @@ from proxy.edge.replay.readers.recording import Body, Recording, RecordingError,
 SOURCE = "plain"
 
 
+def unwrapped(value: Any) -> Any:
+    """The body of a recorded request `{"path", "body", …}`; any other value as it is."""
+    if isinstance(value, dict) and isinstance(value.get("body"), dict) and "path" in value:
+        return value["body"]
+    if isinstance(value, list):
+        return [unwrapped(item) for item in value]
+    return value
+
+
 def api_of(body: Any) -> str | None:
+    body = unwrapped(body)
     if not isinstance(body, dict):
         return None
     if isinstance(body.get("messages"), list) and "model" in body:
@@ -24,7 +34,7 @@ def api_of(body: Any) -> str | None:
 
 
 def read(path: Path) -> list[Recording]:
-    value: Any = json_lines(path) if path.suffix == ".jsonl" else json_file(path)
+    value: Any = unwrapped(json_lines(path) if path.suffix == ".jsonl" else json_file(path))
     if isinstance(value, dict):
         return [_history(path, value)]
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
@@ -32,7 +42,7 @@ def read(path: Path) -> list[Recording]:
     if isinstance(value, list) and value:
         apis = {api_of(body) for body in value}
         if len(apis) != 1 or None in apis:
-            raise RecordingError(f"{path}: not a list of Chat Completions or Responses bodies")
+            raise RecordingError(f"{path}: not a list of request bodies of one API")
         api = apis.pop()
         assert api is not None
         bodies = tuple({**body, "stream": False} for body in value)
@@ -45,7 +55,7 @@ def _history(path: Path, body: Body) -> Recording:
     the body itself."""
     api = api_of(body)
     if api is None:
-        raise RecordingError(f"{path}: not a Chat Completions or Responses request body")
+        raise RecordingError(f"{path}: not a Chat Completions, Responses or Messages body")
     key = "input" if api == "responses" else "messages"
     items = body[key] if isinstance(body[key], list) else [body[key]]
     base = {**body, "stream": False}

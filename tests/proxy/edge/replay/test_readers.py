@@ -165,3 +165,16 @@ def test_an_unknown_file_is_refused_by_name(tmp_path: Path, name: str, text: str
 def test_a_missing_path_is_refused() -> None:
     with pytest.raises(RecordingError, match="no such file"):
         read_paths(["/nonexistent/session.jsonl"])
+
+
+def test_a_recorded_claude_code_request_reads_as_its_history() -> None:
+    """A request Claude Code sent (recorded as `{path, headers, body}`): Messages API, one
+    request before each answer in its history, then the request itself."""
+    path = DATA.parent / "claude_code" / "sonnet-4-5-bash-turn4.json"
+    body = json.loads(path.read_text())["body"]
+    recording = _one(path)
+    assert (recording.api, recording.model) == ("messages", body["model"])
+    answers = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    assert len(recording.bodies) == answers + 1
+    assert recording.bodies[-1]["messages"] == body["messages"]
+    assert recording.bodies[-1]["system"] == body["system"]

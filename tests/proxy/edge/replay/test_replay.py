@@ -155,3 +155,30 @@ def test_replay_matches_a_live_run_through_serve_within_one_percent(db_path: str
     for ours, theirs in zip(forwarded, live, strict=True):
         assert abs(ours - theirs) <= 0.01 * theirs
     assert min(forwarded) < max(r.original for r in replayed.requests)  # it did compress
+
+
+def test_a_configured_summary_model_writes_the_summaries(tmp_path: Path) -> None:
+    """With `--summary-model`, summary calls go to the configured upstream serving it (here
+    the simulator) and are billed with ctxgate; the session's requests still reach no one."""
+    with Simulator({"summary-model": ModelSpec(window=128_000)}) as sim:
+        config = tmp_path / "ctxgate.yaml"
+        config.write_text(
+            "upstreams:\n"
+            f"  sim: {{base_url: '{sim.base_url}', api_key: sk-sim}}\n"
+            "models:\n"
+            "  - {match: 'summary-*', upstream: sim}\n"
+        )
+        (session,) = asyncio.run(
+            replay_all(
+                load_settings(str(config)),
+                read_paths([str(PATHS["codex"])]),
+                ReplayOptions(window=WINDOW, summary_model="summary-model", configured=True),
+            )
+        )
+        received = sim.received
+    assert received and all(r.is_summary and r.model == "summary-model" for r in received)
+    assert len(session.summaries) == len(received)
+    outcomes = {o for _, o in session.compressions}
+    assert "compressed" in outcomes and "fallback" not in outcomes
+    billed = sum(r.billed.prompt for r in session.requests)
+    assert session.with_ctxgate.prompt == billed + sum(s.prompt for s in session.summaries)
