@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -27,7 +27,7 @@ from compression import IMAGE_PARTS, Message, TokenCounter, ToolSchema
 from proxy.doors.grown_bodies import GrownBodies
 from proxy.doors.registry import Door
 from session.ledger.tiers import AUTOMATIC_MIN, AUTOMATIC_STEP, Split
-from session.ports.frontdoor import WireRequest
+from session.ports.frontdoor import ORIGINAL, WireRequest
 
 CounterFor = Callable[[str], TokenCounter]
 CountText = Callable[[str], int]
@@ -97,6 +97,9 @@ class Meter:
 
 
 def billed_message(count: CountText, message: Message) -> int:
+    items = cast(dict[str, Any], message).get(ORIGINAL)
+    if isinstance(items, list):  # Responses items, billed one by one
+        return sum(billed_item(count, item) for item in items)
     n = PER_MESSAGE + count(str(message.get("role") or ""))
     content = message.get("content")
     for part in content if isinstance(content, list) else [content]:
@@ -109,6 +112,33 @@ def billed_message(count: CountText, message: Message) -> int:
             n += count(str(fn.get("name") or ""))
             n += _part(count, fn.get("arguments"))
     return n
+
+
+def billed_item(count: CountText, item: Any) -> int:
+    """A Responses input item: like a chat message, 3 tokens and its text. A reasoning item's
+    reasoning is encrypted: it is counted as long as its summary, which it is at least."""
+    if not isinstance(item, dict):
+        return PER_MESSAGE + _part(count, item)
+    kind = item.get("type", "message")
+    if kind == "message":
+        content = item.get("content")
+        parts = content if isinstance(content, list) else [content]
+        return (
+            PER_MESSAGE + count(str(item.get("role") or "")) + sum(_part(count, p) for p in parts)
+        )
+    if kind == "reasoning":
+        summary = item.get("summary")
+        texts = [_part(count, p) for p in summary] if isinstance(summary, list) else [0]
+        return PER_MESSAGE + 2 * sum(texts)
+    if kind in ("function_call", "custom_tool_call"):
+        value = item.get("arguments") if kind == "function_call" else item.get("input")
+        return PER_MESSAGE + count(str(item.get("name") or "")) + _part(count, value)
+    if "output" in item:
+        output = item["output"]
+        parts = output if isinstance(output, list) else [output]
+        return PER_MESSAGE + sum(_part(count, p) for p in parts)
+    visible = {k: v for k, v in item.items() if k not in ("id", "type", "status")}
+    return PER_MESSAGE + _part(count, visible)
 
 
 def billed_tools(counter: TokenCounter, tools: list[ToolSchema] | None) -> int:

@@ -3,9 +3,13 @@ requests.
 
 A line is `{"type", "payload"}`: `session_meta` (the session's id and instructions),
 `turn_context` (the model), `response_item` (an item of the Responses input: a message, a
-function call or its output, a reasoning item, …) and `event_msg` (what the terminal showed;
-not sent to the model). Rollouts written before the wrapper existed hold the items as lines of
-their own, after a first line with the session's id and instructions; both are read.
+function call or its output, a reasoning item, …) and `event_msg`, `world_state` and
+`token_usage_record` (Codex's own bookkeeping; not sent to the model). Codex sends its base
+instructions as the first input item (a developer message) where `session_meta` holds
+`base_instructions`, and as the body's `instructions` where it holds `instructions`; each item
+is sent without the metadata Codex keeps beside it. Rollouts written before the wrapper existed
+hold the items as lines of their own, after a first line with the session's id and
+instructions; all of these are read. The tool schemas are not in a rollout.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ ITEMS = {
     "reasoning",
     "web_search_call",
 }
+METADATA = "internal_chat_message_metadata_passthrough"  # Codex's own, never sent
 ANSWERS = {"function_call", "custom_tool_call", "local_shell_call", "reasoning", "web_search_call"}
 
 
@@ -50,9 +55,9 @@ def read(path: Path) -> list[Recording]:
             elif kind == "turn_context" and payload.get("model"):
                 model = str(payload["model"])
             elif kind == "response_item" and payload.get("type") in ITEMS:
-                items.append(payload)
+                items.append(_sent(payload))
         elif kind in ITEMS:
-            items.append({k: v for k, v in line.items() if k != "timestamp"})
+            items.append(_sent({k: v for k, v in line.items() if k != "timestamp"}))
         elif "instructions" in line and not meta:
             meta = line
     if not items:
@@ -61,9 +66,26 @@ def read(path: Path) -> list[Recording]:
     base: Body = {"model": model, "stream": False, "store": False}
     if meta.get("instructions"):
         base["instructions"] = meta["instructions"]
+    first = _base_instructions(meta.get("base_instructions"))
+    items = [first, *items] if first is not None else items
     bodies = growing(base, "input", items, _is_answer)
     name = str(meta.get("id") or path.stem)
     return [Recording(name, SOURCE, "responses", model, bodies)] if bodies else []
+
+
+def _sent(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in item.items() if k != METADATA}
+
+
+def _base_instructions(value: Any) -> dict[str, Any] | None:
+    text = value.get("text") if isinstance(value, dict) else value
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return {
+        "type": "message",
+        "role": "developer",
+        "content": [{"type": "input_text", "text": text}],
+    }
 
 
 def _is_answer(item: dict[str, Any]) -> bool:

@@ -178,3 +178,20 @@ def test_a_recorded_claude_code_request_reads_as_its_history() -> None:
     assert len(recording.bodies) == answers + 1
     assert recording.bodies[-1]["messages"] == body["messages"]
     assert recording.bodies[-1]["system"] == body["system"]
+
+
+def test_a_rollout_codex_wrote_reads_as_the_requests_it_sent() -> None:
+    """Codex 0.171's own rollout of a run against the simulator, beside the last request it
+    sent: the items match one for one, but the base instructions (Codex trims the copy it
+    sends to the tools it offers) and the ids Codex gives its developer message."""
+    folder = DATA / "codex_recorded"
+    recording = _one(next(folder.glob("rollout-*.jsonl")))
+    sent = json.loads((folder / "sent-last-request.json").read_text())["body"]
+    assert (recording.api, recording.model) == ("responses", sent["model"])
+    assert len(recording.bodies) == 13  # twelve shell steps, then the final answer
+    replayed = recording.bodies[-1]["input"]
+    assert len(replayed) == len(sent["input"])
+    assert replayed[1:] == sent["input"][1:]
+    first = replayed[0]
+    assert first["role"] == "developer" == sent["input"][0]["role"]
+    assert first["content"][0]["text"].startswith(sent["input"][0]["content"][0]["text"][:200])

@@ -19,8 +19,12 @@ from proxy.edge.replay.readers.recording import Recording
 from proxy.edge.replay.runner import ReplayOptions, replay_all
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Fail, ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator.responses_items import Seal
 
 DATA = Path(__file__).parents[3] / "data" / "replay"
+RECORDED = next((DATA / "codex_recorded").glob("rollout-*.jsonl"))  # by Codex 0.171, on the sim
+SEAL_KEY = b"ctxgate replay fixture seal key!"
+PATH_OF = {"chat": "chat/completions", "responses": "responses"}
 WINDOW = 6000  # the fixtures' conversation is ~8K tokens at its end: it must be compressed
 PATHS = {
     "claude-code": DATA / "claude_code",
@@ -124,33 +128,40 @@ def _live(recording: Recording, db_path: str) -> tuple[list[int], int]:
     """What the simulator billed for each request a real ctxgate forwarded, and how many
     compressions ctxgate stored."""
     with Simulator({recording.model: ModelSpec(window=128_000)}) as sim:
+        sim.responses.seal = Seal(SEAL_KEY)  # the key the recorded reasoning was sealed with
         sim.responder = _answer
         models = [{"match": "*", "upstream": "sim", "context_length": WINDOW}]
         with ProxyServer(settings_for(sim.base_url, db_path, models=models)) as proxy:
             with httpx.Client(timeout=30) as client:
                 for body in recording.bodies:
                     answer = client.post(
-                        f"{proxy.base_url}/chat/completions",
+                        f"{proxy.base_url}/{PATH_OF[recording.api]}",
                         json=body,
                         headers={"x-session-id": "live", "authorization": "Bearer sk-live"},
                     )
                     assert answer.status_code == 200, answer.text
                     proxy.run(_settled(proxy))
-        billed = [r.prompt_tokens or 0 for r in sim.received if r.is_chat and not r.is_summary]
+        asked = [r for r in sim.received if r.path.endswith(PATH_OF[recording.api])]
+        billed = [r.prompt_tokens or 0 for r in asked if not r.is_summary]
         summaries = sum(1 for r in sim.received if r.is_summary)
     return billed, summaries
 
 
-def test_replay_matches_a_live_run_through_serve_within_one_percent(db_path: str) -> None:
-    """OpenCode's session, replayed and sent live: the prompt tokens the provider is billed
-    for agree within 1%, request by request and in total."""
-    (recording,) = read_paths([str(PATHS["opencode"])])
+@pytest.mark.parametrize("path", [RECORDED, PATHS["opencode"]], ids=["codex", "opencode"])
+def test_replay_matches_a_live_run_through_serve_within_one_percent(
+    path: Path, db_path: str
+) -> None:
+    """A session replayed, and its requests sent live through a real ctxgate to the provider
+    simulator: the prompt tokens the provider is billed for agree within 1%, request by request
+    and in total."""
+    (recording,) = read_paths([str(path)])
     recording = recording.with_model("gpt-4o")  # the simulator counts with o200k_base
     live, live_summaries = _live(recording, db_path)
     (replayed,) = _replay([recording])
     forwarded = [r.forwarded or 0 for r in replayed.requests]
     assert len(live) == len(forwarded)
     assert live_summaries == len([c for c in replayed.compressions if c[1] == "fallback"])
+    print(f"{path.name}: replay {sum(forwarded)} live {sum(live)} prompt tokens forwarded")
     assert abs(sum(forwarded) - sum(live)) <= 0.01 * sum(live)
     for ours, theirs in zip(forwarded, live, strict=True):
         assert abs(ours - theirs) <= 0.01 * theirs
