@@ -182,6 +182,7 @@ async def _session(
         "authorization": f"Bearer {CREDENTIAL}",
         "x-session-id": session_id,
         "content-type": "application/json",
+        "anthropic-version": "2023-06-01",  # what Anthropic's clients send; others ignore it
     }
     bodies = recording.bodies
     final = door.parse(orjson.dumps(bodies[-1])).messages if bodies else []

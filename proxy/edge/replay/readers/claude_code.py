@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from proxy.edge.replay.readers.claude_requests import logged_requests
 from proxy.edge.replay.readers.jsonl import json_lines
 from proxy.edge.replay.readers.recording import Body, Recording, RecordingError, growing
 
@@ -52,9 +53,14 @@ def read(path: Path) -> list[Recording]:
         last_id = message.get("id") if role == "assistant" else None
     if not model:
         raise RecordingError(f"{path}: no answer of a model in this Claude Code log")
-    base: Body = {"model": model, "max_tokens": MAX_TOKENS, "stream": False}
-    grown = growing(base, "messages", messages, lambda m: m["role"] == "assistant")
-    bodies = tuple(_with_breakpoint(body) for body in grown)
+    answers = [m for m in messages if m["role"] == "assistant"]
+    logged = logged_requests(lines, answers)
+    if logged:
+        bodies = tuple(logged)
+    else:
+        base: Body = {"model": model, "max_tokens": MAX_TOKENS, "stream": False}
+        grown = growing(base, "messages", messages, lambda m: m["role"] == "assistant")
+        bodies = tuple(_with_breakpoint(body) for body in grown)
     name = next((str(x["sessionId"]) for x in lines if x.get("sessionId")), path.stem)
     return [Recording(name, SOURCE, "messages", model, bodies)] if bodies else []
 

@@ -195,3 +195,25 @@ def test_a_rollout_codex_wrote_reads_as_the_requests_it_sent() -> None:
     first = replayed[0]
     assert first["role"] == "developer" == sent["input"][0]["role"]
     assert first["content"][0]["text"].startswith(sent["input"][0]["content"][0]["text"][:200])
+
+
+def test_the_requests_claude_code_logged_are_rebuilt_as_sent() -> None:
+    """Claude Code 2.1.332's own log of a run against the simulator (its API requests logged
+    beside the conversation), and the last request it sent: rebuilt, that request is the one
+    sent, but for the billing header Claude Code adds to the system prompt as it sends it."""
+    folder = DATA / "claude_code_recorded"
+    recording = _one(next(folder.glob("*.jsonl")))
+    sent = json.loads((folder / "sent-last-request.json").read_text())["body"]
+    assert (recording.source, recording.api, recording.model) == (
+        "claude-code",
+        "messages",
+        sent["model"],
+    )
+    assert len(recording.bodies) == 11  # ten shell commands, then the final answer
+    last = recording.bodies[-1]
+    for key in ("messages", "tools", "max_tokens", "thinking", "context_management"):
+        assert last[key] == sent[key], key
+    assert sent["system"][0]["text"].startswith("x-anthropic-billing-header")
+    assert last["system"] == sent["system"][1:]
+    first = recording.bodies[0]["messages"]
+    assert len(first) == 1 and first[0]["role"] == "user"  # the task with its reminders

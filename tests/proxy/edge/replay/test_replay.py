@@ -18,13 +18,21 @@ from proxy.edge.replay.readers.formats import read_paths
 from proxy.edge.replay.readers.recording import Recording
 from proxy.edge.replay.runner import ReplayOptions, replay_all
 from tests.servers import ProxyServer, settings_for
-from tests.simulator import Fail, ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator import (
+    Fail,
+    ModelSpec,
+    Reply,
+    Simulator,
+    ThinkingSigner,
+    is_summary_request,
+)
 from tests.simulator.responses_items import Seal
 
 DATA = Path(__file__).parents[3] / "data" / "replay"
 RECORDED = next((DATA / "codex_recorded").glob("rollout-*.jsonl"))  # by Codex 0.171, on the sim
 SEAL_KEY = b"ctxgate replay fixture seal key!"
-PATH_OF = {"chat": "chat/completions", "responses": "responses"}
+CLAUDE_RECORDED = next((DATA / "claude_code_recorded").glob("*.jsonl"))  # by Claude Code
+PATH_OF = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}
 WINDOW = 6000  # the fixtures' conversation is ~8K tokens at its end: it must be compressed
 PATHS = {
     "claude-code": DATA / "claude_code",
@@ -127,17 +135,29 @@ async def _settled(proxy: ProxyServer) -> None:
 def _live(recording: Recording, db_path: str) -> tuple[list[int], int]:
     """What the simulator billed for each request a real ctxgate forwarded, and how many
     compressions ctxgate stored."""
-    with Simulator({recording.model: ModelSpec(window=128_000)}) as sim:
+    spec = ModelSpec(
+        window=128_000, dialect="anthropic" if recording.api == "messages" else "openai"
+    )
+    with Simulator({recording.model: spec}) as sim:
         sim.responses.seal = Seal(SEAL_KEY)  # the key the recorded reasoning was sealed with
+        sim.messages_api.signer = ThinkingSigner(SEAL_KEY)  # and the thinking signed with
         sim.responder = _answer
         models = [{"match": "*", "upstream": "sim", "context_length": WINDOW}]
-        with ProxyServer(settings_for(sim.base_url, db_path, models=models)) as proxy:
+        upstream = {"base_url": sim.base_url, "apis": ["chat", "responses", "messages"]}
+        settings = settings_for(
+            sim.base_url, db_path, models=models, api_key=None, upstreams={"sim": upstream}
+        )
+        with ProxyServer(settings) as proxy:
             with httpx.Client(timeout=30) as client:
                 for body in recording.bodies:
                     answer = client.post(
                         f"{proxy.base_url}/{PATH_OF[recording.api]}",
                         json=body,
-                        headers={"x-session-id": "live", "authorization": "Bearer sk-live"},
+                        headers={
+                            "x-session-id": "live",
+                            "x-api-key": "sk-live",
+                            "anthropic-version": "2023-06-01",
+                        },
                     )
                     assert answer.status_code == 200, answer.text
                     proxy.run(_settled(proxy))
@@ -147,7 +167,9 @@ def _live(recording: Recording, db_path: str) -> tuple[list[int], int]:
     return billed, summaries
 
 
-@pytest.mark.parametrize("path", [RECORDED, PATHS["opencode"]], ids=["codex", "opencode"])
+@pytest.mark.parametrize(
+    "path", [RECORDED, CLAUDE_RECORDED, PATHS["opencode"]], ids=["codex", "claude-code", "opencode"]
+)
 def test_replay_matches_a_live_run_through_serve_within_one_percent(
     path: Path, db_path: str
 ) -> None:
