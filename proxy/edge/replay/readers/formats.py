@@ -52,6 +52,8 @@ def reader_for(path: Path) -> Reader:
         lines = json_lines(path)[:_PEEK_LINES]
         if any(codex.looks_like(line) for line in lines):
             return codex.read
+        if gemini_cli.looks_like_lines(lines):
+            return gemini_cli.read
         if any(claude_code.looks_like(line) for line in lines):
             return claude_code.read
         if lines and all(plain.api_of(line) for line in lines):

@@ -1,6 +1,10 @@
 """Gemini CLI's saved sessions as Gemini API requests: its chat recordings
-(`~/.gemini/tmp/PROJECT/chats/session-*.json`) and its `/chat save` checkpoints
-(`checkpoint-TAG.json`, the conversation's `contents` as sent).
+(`~/.gemini/tmp/PROJECT/chats/session-*.json`, or `.jsonl` from version 0.5x on) and its
+`/chat save` checkpoints (`checkpoint-TAG.json`, the conversation's `contents` as sent).
+
+A `.jsonl` recording is a log of changes to that record: a first line with the session's
+fields, then messages (a message logged again under its id replaces the earlier one) and
+`{"$set": {...}}` lines (a `messages` list set this way replaces the list so far).
 
 A chat recording is `{"sessionId", "messages": [...]}`: a `user` message's `content` is text or
 parts; a `gemini` message has its text and `toolCalls`, each with the `functionResponse` parts
@@ -13,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.edge.replay.readers.jsonl import json_file
+from proxy.edge.replay.readers.jsonl import json_file, json_lines
 from proxy.edge.replay.readers.recording import Body, Recording, RecordingError, growing
 
 SOURCE = "gemini-cli"
@@ -30,8 +34,12 @@ def looks_like(value: Any) -> bool:
     )
 
 
+def looks_like_lines(lines: list[dict[str, Any]]) -> bool:
+    return bool(lines) and "sessionId" in lines[0] and "projectHash" in lines[0]
+
+
 def read(path: Path) -> list[Recording]:
-    value = json_file(path)
+    value = _folded(json_lines(path)) if path.suffix == ".jsonl" else json_file(path)
     if isinstance(value, list):
         contents, model, name = [dict(c) for c in value], DEFAULT_MODEL, path.stem
     elif looks_like(value):
@@ -44,21 +52,45 @@ def read(path: Path) -> list[Recording]:
     return [Recording(name, SOURCE, "gemini", model, bodies)] if bodies else []
 
 
+def _folded(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record a `.jsonl` recording's changes add up to."""
+    record: dict[str, Any] = dict(lines[0]) if lines else {}
+    messages: dict[str, Any] = {}
+    for n, line in enumerate(lines[1:]):
+        changes = line.get("$set")
+        if isinstance(changes, dict):
+            if isinstance(changes.get("messages"), list):
+                messages = {
+                    str(m.get("id", f"set-{n}-{i}")): m
+                    for i, m in enumerate(changes["messages"])
+                    if isinstance(m, dict)
+                }
+        elif "type" in line:
+            messages[str(line.get("id", f"line-{n}"))] = line
+    record["messages"] = list(messages.values())
+    return record
+
+
 def _contents(messages: list[Any]) -> tuple[list[Body], str]:
     contents: list[Body] = []
     model = ""
+    answered: set[str] = set()  # calls whose responses were sent with their call's result
     for message in messages:
         if not isinstance(message, dict):
             continue
         if message.get("type") == "user":
-            _add(contents, "user", _parts(message.get("content")))
+            parts = [_sent_response(p) for p in _parts(message.get("content"))]
+            parts = [p for p in parts if _response_id(p) not in answered]
+            _add(contents, "user", parts)
         elif message.get("type") == "gemini":
             model = model or str(message.get("model") or "")
             calls = [c for c in message.get("toolCalls") or [] if isinstance(c, dict)]
             parts = _parts(message.get("content"))
             parts += [{"functionCall": _call(c)} for c in calls]
             _add(contents, "model", parts)
-            _add(contents, "user", [p for c in calls for p in _responses(c)])
+            responses = [p for c in calls for p in _responses(c)]
+            answered.update(i for i in map(_response_id, responses) if i is not None)
+            _add(contents, "user", responses)
     return contents, model or DEFAULT_MODEL
 
 
@@ -87,11 +119,33 @@ def _parts(content: Any) -> list[Body]:
     return parts
 
 
+def _response_id(part: Body) -> str | None:
+    response = part.get("functionResponse")
+    found = response.get("id") if isinstance(response, dict) else None
+    return str(found) if found else None
+
+
+def _wire_id(value: Any, name: Any) -> Any:
+    """A call's id as sent: the CLI records it prefixed with the tool's name and `__`."""
+    prefix = f"{name}__"
+    if isinstance(value, str) and value.startswith(prefix):
+        return value[len(prefix) :]
+    return value
+
+
 def _call(call: dict[str, Any]) -> Body:
     out: Body = {"name": call.get("name", ""), "args": call.get("args") or {}}
     if call.get("id"):
-        out["id"] = call["id"]
+        out["id"] = _wire_id(call["id"], call.get("name"))
     return out
+
+
+def _sent_response(part: Body) -> Body:
+    response = part.get("functionResponse")
+    if not isinstance(response, dict) or "id" not in response:
+        return part
+    wire = {**response, "id": _wire_id(response["id"], response.get("name"))}
+    return {**part, "functionResponse": wire}
 
 
 def _responses(call: dict[str, Any]) -> list[Body]:
@@ -99,7 +153,7 @@ def _responses(call: dict[str, Any]) -> list[Body]:
     else one made of what the terminal showed."""
     result = call.get("result")
     found = [
-        dict(part)
+        _sent_response(part)
         for part in (result if isinstance(result, list) else [])
         if isinstance(part, dict) and "functionResponse" in part
     ]
@@ -108,5 +162,5 @@ def _responses(call: dict[str, Any]) -> list[Body]:
     shown = call.get("resultDisplay")
     response: Body = {"name": call.get("name", ""), "response": {"output": str(shown or "")}}
     if call.get("id"):
-        response["id"] = call["id"]
+        response["id"] = _wire_id(call["id"], call.get("name"))
     return [{"functionResponse": response}]

@@ -217,3 +217,32 @@ def test_the_requests_claude_code_logged_are_rebuilt_as_sent() -> None:
     assert last["system"] == sent["system"][1:]
     first = recording.bodies[0]["messages"]
     assert len(first) == 1 and first[0]["role"] == "user"  # the task with its reminders
+
+
+def test_a_chat_gemini_cli_recorded_reads_as_the_requests_it_sent() -> None:
+    """Gemini CLI 0.61's own chat recording (JSON lines of changes) of a run against the
+    simulator, and the contents of the last request it sent: the same, but for the thought
+    signatures the recording does not keep."""
+    folder = DATA / "gemini_cli_recorded"
+    recording = _one(next(folder.glob("session-*.jsonl")))
+    sent = json.loads((folder / "sent-last-request.json").read_text())
+    assert (recording.source, recording.api, recording.model) == (
+        "gemini-cli",
+        "gemini",
+        "gemini-2.5-pro",
+    )
+    assert recording.model in sent["path"]
+    assert len(recording.bodies) == 9  # eight shell commands, then the final answer
+
+    def unsigned(contents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {
+                **c,
+                "parts": [
+                    {k: v for k, v in p.items() if k != "thoughtSignature"} for p in c["parts"]
+                ],
+            }
+            for c in contents
+        ]
+
+    assert unsigned(recording.bodies[-1]["contents"]) == unsigned(sent["body"]["contents"])
