@@ -33,7 +33,7 @@ def _read(path: Path) -> list[Recording]:
     stores = sorted({p.parent for p in path.rglob("message") if opencode.storage_root(p.parent)})
     for store in stores:
         found.extend(opencode.read(store))
-    for file in sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl")):
+    for file in sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl", ".db")):
         if any(store in file.parents for store in stores):
             continue
         try:
@@ -46,8 +46,18 @@ def _read(path: Path) -> list[Recording]:
     return found
 
 
+def _header(path: Path) -> bytes:
+    try:
+        with path.open("rb") as file:
+            return file.read(16)
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror}") from exc
+
+
 def reader_for(path: Path) -> Reader:
     """The reader of a session file; RecordingError when it is none of the known formats."""
+    if path.suffix == ".db" and _header(path) == b"SQLite format 3\x00":
+        return opencode.read_database
     if path.suffix == ".jsonl":
         lines = json_lines(path)[:_PEEK_LINES]
         if any(codex.looks_like(line) for line in lines):

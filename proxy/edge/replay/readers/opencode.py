@@ -1,14 +1,20 @@
-"""OpenCode's storage (`~/.local/share/opencode/storage/`) as Chat Completions requests.
+"""OpenCode's sessions as Chat Completions requests: its SQLite database
+(`~/.local/share/opencode/opencode.db`, from version 1.x) or its older JSON storage
+(`~/.local/share/opencode/storage/`).
 
-`session/PROJECT/SESSION.json` names a session; `message/SESSION/MSG.json` its messages
-(`role`, `time.created`, an answer's `modelID`), `part/MSG/PART.json` their parts: `text`,
-`tool` (`callID`, `tool`, `state.input`, `state.output`), `step-start` and `step-finish`. One
-assistant message holds every step of a turn, and each step was a model call: its text and
-tool calls are one answer, its tools' outputs the next request's new messages.
+The database's `message` and `part` tables hold, as JSON in `data`, what the storage's
+`message/SESSION/MSG.json` and `part/MSG/PART.json` files hold: a message's `role`,
+`time.created` and an answer's `modelID`; its parts: `text`, `reasoning`, `tool` (`callID`,
+`tool`, `state.input`, `state.output`), `step-start` and `step-finish`. One assistant message
+holds every step of a turn, and each step was a model call: its text and tool calls are one
+answer, its tools' outputs the next request's new messages.
 """
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +47,55 @@ def read(path: Path) -> list[Recording]:
     return [r for r in recordings if r is not None]
 
 
+def read_database(path: Path) -> list[Recording]:
+    """Every session of an OpenCode database, read without writing to it."""
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            ids = [row[0] for row in db.execute("SELECT id FROM session ORDER BY time_created")]
+            recordings = [_from_database(db, sid) for sid in ids]
+    except sqlite3.Error as exc:
+        raise RecordingError(f"{path}: not an OpenCode database ({exc})") from exc
+    return [r for r in recordings if r is not None]
+
+
+def _from_database(db: sqlite3.Connection, session_id: str) -> Recording | None:
+    rows = db.execute(
+        "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id",
+        (session_id,),
+    ).fetchall()
+    records = [{**_loads(data), "id": mid} for mid, data in rows]
+
+    def parts(message_id: str) -> list[dict[str, Any]]:
+        found = db.execute("SELECT data FROM part WHERE message_id = ? ORDER BY id", (message_id,))
+        return [_loads(data) for (data,) in found]
+
+    return _conversation(session_id, records, parts)
+
+
+def _loads(data: Any) -> dict[str, Any]:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _session(root: Path, session_id: str) -> Recording | None:
     records = [json_file(p) for p in sorted((root / "message" / session_id).glob("*.json"))]
     records = [r for r in records if isinstance(r, dict)]
     records.sort(key=lambda r: (_created(r), str(r.get("id", ""))))
+    return _conversation(session_id, records, lambda mid: _parts(root, mid))
+
+
+def _conversation(
+    session_id: str,
+    records: list[dict[str, Any]],
+    parts_of: Callable[[str], list[dict[str, Any]]],
+) -> Recording | None:
     messages: list[Body] = []
     model = ""
     for record in records:
-        parts = _parts(root, str(record.get("id", "")))
+        parts = parts_of(str(record.get("id", "")))
         if record.get("role") == "user":
             text = "\n".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
             if text.strip():

@@ -246,3 +246,23 @@ def test_a_chat_gemini_cli_recorded_reads_as_the_requests_it_sent() -> None:
         ]
 
     assert unsigned(recording.bodies[-1]["contents"]) == unsigned(sent["body"]["contents"])
+
+
+def test_the_database_opencode_wrote_reads_as_the_conversation_it_sent() -> None:
+    """OpenCode 1.18's own database (its session, message and part tables) after a run against
+    the simulator, and the last request it sent (Responses API): the same conversation, call
+    for call and output for output, without the system prompt OpenCode does not store."""
+    folder = DATA / "opencode_recorded"
+    recording = _one(folder / "opencode.db")
+    sent = json.loads((folder / "sent-last-request.json").read_text())["body"]
+    assert (recording.source, recording.api, recording.model) == ("opencode", "chat", "gpt-4.1")
+    assert len(recording.bodies) == 9  # eight shell commands, then the final answer
+    messages = recording.bodies[-1]["messages"]
+    items = sent["input"][1:]  # after OpenCode's system prompt
+    calls = [c["function"] for m in messages for c in m.get("tool_calls") or []]
+    assert [c["arguments"] for c in calls] == [
+        i["arguments"] for i in items if i.get("type") == "function_call"
+    ]
+    outputs = [m["content"] for m in messages if m["role"] == "tool"]
+    assert outputs == [i["output"] for i in items if i.get("type") == "function_call_output"]
+    assert messages[0] == {"role": "user", "content": items[0]["content"][0]["text"]}

@@ -215,3 +215,23 @@ def test_a_configured_summary_model_writes_the_summaries(tmp_path: Path) -> None
     assert "compressed" in outcomes and "fallback" not in outcomes
     billed = sum(r.billed.prompt for r in session.requests)
     assert session.with_ctxgate.prompt == billed + sum(s.prompt for s in session.summaries)
+
+
+RECORDED_BY_AGENTS = {
+    "claude-code": (CLAUDE_RECORDED, 12_000),
+    "codex": (RECORDED, 8_000),
+    "gemini-cli": (next((DATA / "gemini_cli_recorded").glob("session-*.jsonl")), 3_000),
+    "opencode": (DATA / "opencode_recorded" / "opencode.db", 3_000),
+}
+
+
+@pytest.mark.parametrize("agent", sorted(RECORDED_BY_AGENTS))
+def test_sessions_the_agents_wrote_replay_within_the_window(agent: str) -> None:
+    path, window = RECORDED_BY_AGENTS[agent]
+    (session,) = _replay(read_paths([str(path)]), window=window)
+    assert session.source == agent and session.errors == 0
+    sent_over, forwarded_over = session.over_window
+    assert sent_over > 0 and forwarded_over == 0
+    assert session.compressions and session.with_ctxgate.prompt < session.without.prompt
+    kept, users = session.users_in_view
+    assert 0 < kept <= users
