@@ -32,7 +32,7 @@ class UpstreamDouble(httpx.AsyncBaseTransport):
     meter: Meter
     onward: httpx.AsyncBaseTransport | None = None  # the summary model's real upstream
     lane: Lane = field(default_factory=Lane)
-    forwarded: list[Measured] = field(default_factory=list)  # since `begin`
+    forwarded: list[Measured] = field(default_factory=list)  # since `take`
     summaries: list[Split] = field(default_factory=list)  # since `begin`
 
     def begin(self, lane: Lane | None = None) -> None:
@@ -40,6 +40,11 @@ class UpstreamDouble(httpx.AsyncBaseTransport):
         self.forwarded, self.summaries = [], []
         if lane is not None:
             self.lane = lane
+
+    def take(self) -> list[Measured]:
+        """The requests forwarded since the last call, forgotten here."""
+        taken, self.forwarded = self.forwarded, []
+        return taken
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.host == PROVIDER_HOST:

@@ -19,7 +19,14 @@ from pathlib import Path
 
 import orjson
 
-from compression import Message, TokenCounter, content_text, counter_for_model, file_ops
+from compression import (
+    FileOp,
+    Message,
+    TokenCounter,
+    content_text,
+    counter_for_model,
+    file_ops,
+)
 from proxy.doors.gemini.gemini_door import GeminiDoor
 from proxy.doors.registry import APIS, BY_API, Door
 from proxy.edge.replay.double import FALLBACK_HOST, PROVIDER_HOST, UpstreamDouble
@@ -195,15 +202,10 @@ async def _session(
         sent = double.meter.measure(door, raw, direct)
         end = len(sent.request.messages)
         if previous is not None:
-            for _edit, read in answered_edits(ops, previous[0], end):
-                text = content_text(final[read.result]) if read.result is not None else ""
-                if text.strip():
-                    figures.edits += 1
-                    figures.edits_kept += text in previous[1]
-        before = len(double.forwarded)
+            _count_edits(figures, ops, final, previous, end)
         error = await _serve(services, door, headers, raw)
         await _settle(services)
-        mine = double.forwarded[before:]
+        mine = double.take()
         view = mine[-1].request.messages if mine and error is None else []
         shown = "\n".join(content_text(m) for m in view)
         users = _user_texts(sent.request.messages)
@@ -225,6 +227,22 @@ async def _session(
     figures.compressions = await _events(services, headers, session_id)
     figures.seconds = time.monotonic() - started
     return figures
+
+
+def _count_edits(
+    figures: SessionFigures,
+    ops: list[FileOp],
+    final: list[Message],
+    previous: tuple[int, str],
+    end: int,
+) -> None:
+    """Count the edits the model answered the previous request with: was the newest read of
+    each edited file in what ctxgate forwarded in that request?"""
+    for _edit, read in answered_edits(ops, previous[0], end):
+        text = content_text(final[read.result]) if read.result is not None else ""
+        if text.strip():
+            figures.edits += 1
+            figures.edits_kept += text in previous[1]
 
 
 async def _serve(services: Services, door: Door, headers: dict[str, str], raw: bytes) -> str | None:
