@@ -1,22 +1,13 @@
-"""`ctxgate replay PATH…`: the subcommand's options, run and output."""
+"""`ctxgate replay PATH…`: the subcommand's options, run and output.
+
+The options are declared with nothing else imported: every `ctxgate` command builds the
+parser, and only `replay` needs the services it runs on.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 import sys
-from pathlib import Path
-
-import orjson
-
-from proxy.config_file import load_settings
-from proxy.edge.replay.html_report import html_report
-from proxy.edge.replay.progress import ProgressBar
-from proxy.edge.replay.readers.formats import read_paths
-from proxy.edge.replay.readers.recording import RecordingError
-from proxy.edge.replay.report import as_json, text_report
-from proxy.edge.replay.runner import ReplayOptions, replay_all
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +30,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    from pathlib import Path
+
+    import orjson
+
+    from proxy.config_file import load_settings
+    from proxy.edge.replay.html_report import html_report
+    from proxy.edge.replay.progress import ProgressBar
+    from proxy.edge.replay.readers.formats import read_paths
+    from proxy.edge.replay.readers.recording import RecordingError
+    from proxy.edge.replay.report import as_json, text_report
+    from proxy.edge.replay.runner import ReplayOptions, replay_all
+
     try:
         recordings = read_paths(args.paths)
     except RecordingError as exc:

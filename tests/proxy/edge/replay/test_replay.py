@@ -4,6 +4,7 @@ against a live run of the same requests through a real ctxgate and the provider 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from proxy.config_file import load_settings
 from proxy.edge.cli import main
 from proxy.edge.replay.figures import SessionFigures
+from proxy.edge.replay.progress import ProgressBar
 from proxy.edge.replay.readers.formats import read_paths
 from proxy.edge.replay.readers.recording import Recording
 from proxy.edge.replay.runner import ReplayOptions, replay_all
@@ -235,3 +237,16 @@ def test_sessions_the_agents_wrote_replay_within_the_window(agent: str) -> None:
     assert session.compressions and session.with_ctxgate.prompt < session.without.prompt
     kept, users = session.users_in_view
     assert 0 < kept <= users
+
+
+def test_the_progress_bar_counts_sessions_and_requests() -> None:
+    stream = io.StringIO()
+    bar = ProgressBar(stream, 2)
+    for n in range(1, 4):
+        bar("first", n, 3)
+    bar("second", 1, 1)
+    bar.close()
+    text = stream.getvalue()
+    assert "[replay 1/2] first" in text and "3/3 requests" in text
+    assert "[replay 2/2] second" in text and "1/1 requests" in text
+    assert text.endswith("\r\x1b[K")
