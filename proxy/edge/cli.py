@@ -1,5 +1,5 @@
 """The `ctxgate` command: `serve` runs the proxy, `compress` previews a compression offline,
-`run` runs an agent through an embedded proxy."""
+`replay` replays saved agent sessions offline, `run` runs an agent through an embedded proxy."""
 
 from __future__ import annotations
 
