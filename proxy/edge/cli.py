@@ -1,5 +1,6 @@
 """The `ctxgate` command: `serve` runs the proxy, `compress` previews a compression offline,
-`run` runs an agent through an embedded proxy, `config check` / `config show` read a config file.
+`replay` replays saved agent sessions offline, `run` runs an agent through an embedded proxy,
+`config check` / `config show` read a config file.
 
 This module only builds the parser: each subcommand is registered here with its arguments and
 the name of its handler, a module of proxy/edge/commands/ imported when that subcommand runs,
@@ -86,6 +87,21 @@ def _run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     agent.add_argument("args", nargs=argparse.REMAINDER, help="the agent's own arguments")
 
 
+def _replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from proxy.edge.replay.command import add_arguments  # the options only: nothing heavy
+
+    replay = _add(
+        sub,
+        "replay",
+        _handler("replay"),
+        "replay saved agent sessions through ctxgate offline and report what it saves",
+        description="Read saved sessions (Claude Code, Codex, Gemini CLI, OpenCode, or Chat "
+        "Completions / Responses bodies), send each request through ctxgate's session path "
+        "with no provider, and report tokens and money with and without ctxgate.",
+    )
+    add_arguments(replay)
+
+
 def _config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     config = sub.add_parser("config", help="check a config file, or show the one in effect")
     actions = config.add_subparsers(dest="action", required=True)
@@ -106,7 +122,7 @@ def _config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument("file", nargs="?", metavar="FILE", help=file_help)
 
 
-SUBCOMMANDS = (_serve, _compress, _run, _config)
+SUBCOMMANDS = (_serve, _compress, _replay, _run, _config)
 
 
 def build_parser() -> argparse.ArgumentParser:
