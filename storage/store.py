@@ -10,15 +10,19 @@ no connection is left holding SQLite's write lock.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.cache import Miss, SessionCache
 from storage.database import leases, migrations
 from storage.database.db import Database
 from storage.database.inline import Executor
+from storage.journal import Journal, Mark
 from storage.records import (
     UNSET,
     ArchivedMessage,
@@ -36,8 +40,9 @@ from storage.records import (
     Unset,
     UsageRecord,
 )
+from storage.replay import replay_journals
 from storage.rows import charges as savings
-from storage.rows import checkpoints, events, lineages, search, sessions, usage, windows
+from storage.rows import checkpoints, events, lineages, marks, search, sessions, usage, windows
 from storage.writer import UsageWriter
 
 INLINE_USAGE_RECORDS = 64  # larger batches go through the pool's thread
@@ -48,14 +53,18 @@ Clock = Callable[[], float]
 class SessionStore:
     """Sessions, checkpoints, archive, events, usage, model windows and leases."""
 
-    def __init__(self, db: Database, clock: Clock, cache: SessionCache) -> None:
+    def __init__(
+        self, db: Database, clock: Clock, cache: SessionCache, journal_dir: Path | None = None
+    ) -> None:
         """Use `await SessionStore.open(url)`; this only wires the parts together."""
         self._db = db
         self._clock = clock
         self._cache = cache
-        self._writer: UsageWriter[UsageRecord] = UsageWriter(self._write_usage)
+        journal = None if journal_dir is None else Journal(journal_dir, "usage")
+        self._writer: UsageWriter[UsageRecord] = UsageWriter(self._write_usage, journal=journal)
+        journal = None if journal_dir is None else Journal(journal_dir, "charge")
         self._charges: UsageWriter[savings.ChargeRow] = UsageWriter(
-            self._write_charges, what="charge"
+            self._write_charges, what="charge", journal=journal
         )
         self._closed = False
         self._session_reads = 0
@@ -63,7 +72,12 @@ class SessionStore:
 
     @classmethod
     async def open(
-        cls, url: str, *, clock: Clock = time.time, session_cache_s: float = 0.0
+        cls,
+        url: str,
+        *,
+        clock: Clock = time.time,
+        session_cache_s: float = 0.0,
+        journal_dir: Path | None = None,
     ) -> SessionStore:
         """Connect, create or migrate the schema, start the usage writer.
 
@@ -71,15 +85,20 @@ class SessionStore:
         "postgresql+asyncpg://user@host/db". clock: epoch seconds (injectable for tests).
         session_cache_s: how long get_session may answer from this process's copy of a row
         (0: every call reads the database); see storage.cache.
+        journal_dir: where usage and charges are journaled as they are handed over, so that a
+        crash loses none of them (storage.journal); the journals of dead processes found there
+        are replayed first. None: no journal (`journal_directory(url)` is the usual place).
         """
         db = Database.connect(url)
         try:
             await db.prepare()
             await db.write(lambda conn: migrations.ensure_schema(conn, clock()))
+            if journal_dir is not None:
+                await replay_journals(db, journal_dir, clock)
+            store = cls(db, clock, SessionCache(session_cache_s), journal_dir)
         except BaseException:
             await db.dispose()
             raise
-        store = cls(db, clock, SessionCache(session_cache_s))
         store._writer.start()
         store._charges.start()
         return store
@@ -89,8 +108,10 @@ class SessionStore:
         if self._closed:
             return
         self._closed = True
-        await self._writer.close()
-        await self._charges.close()
+        for writer in (self._writer, self._charges):
+            journal = await writer.close()
+            if journal is not None:  # its files are gone: its mark is of no more use
+                await self._db.write(lambda conn, j=journal.name: marks.forget(conn, j))  # type: ignore[misc]
         await self._db.dispose()
 
     @property
@@ -159,11 +180,14 @@ class SessionStore:
     async def record_usage(self, u: UsageRecord) -> None:
         """The same as record_usage_later, but awaited (and errors raised)."""
         self._cache.drop(u.sk)
-        await self._write_usage([self._stamped(u)])
+        await self._write_usage([self._stamped(u)], None)
 
-    async def _write_usage(self, batch: list[UsageRecord]) -> None:
-        def write(conn: Executor) -> Awaitable[None]:
-            return usage.apply(conn, batch, self._clock())
+    async def _write_usage(self, batch: list[UsageRecord], mark: Mark | None) -> None:
+        async def write(conn: Executor) -> None:
+            now = self._clock()
+            await usage.apply(conn, batch, now)
+            if mark is not None:
+                await marks.advance(conn, mark, now)
 
         # A batch written inline holds the event loop: ~1.6 ms for 64 records, ~19 for 1000.
         if len(batch) <= INLINE_USAGE_RECORDS:
@@ -339,7 +363,7 @@ class SessionStore:
     # -- charges and shadow checks -----------------------------------------------------
 
     async def record_charges(self, rows: Sequence[savings.ChargeRow]) -> None:
-        await self._write_charges(list(rows))
+        await self._write_charges(list(rows), None)
 
     def record_charges_later(self, rows: Sequence[savings.ChargeRow]) -> None:
         """Hand charges to their write-behind task; returns at once, never raises. The reads
@@ -347,8 +371,13 @@ class SessionStore:
         for row in rows:
             self._charges.submit(row)
 
-    async def _write_charges(self, rows: list[savings.ChargeRow]) -> None:
-        await self._db.write_inline(lambda conn: savings.add_charges(conn, rows))
+    async def _write_charges(self, rows: list[savings.ChargeRow], mark: Mark | None) -> None:
+        async def write(conn: Executor) -> None:
+            await savings.add_charges(conn, rows)
+            if mark is not None:
+                await marks.advance(conn, mark, self._clock())
+
+        await self._db.write_inline(write)
 
     async def last_full_prompt(self, sk: SessionKey) -> tuple[int, float] | None:
         """The newest client request's uncompressed prompt tokens and time, if any, among
@@ -413,3 +442,14 @@ class SessionStore:
     async def release_leases_of(self, owners: Collection[str]) -> int:
         """Free every lease of the given (dead) owners; how many were freed."""
         return await self._db.write(lambda conn: leases.release_all(conn, owners))
+
+
+def journal_directory(url: str) -> Path:
+    """Where a process of the database at `url` keeps its accounting journals: beside a
+    SQLite file; for PostgreSQL under the working directory (the image's volume), one folder
+    per database, so that replicas of another database never replay into this one."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return Path(f"{Path(parsed.database or 'ctxgate.db').expanduser()}.accounting")
+    where = f"{parsed.host}:{parsed.port}/{parsed.database}"
+    return Path("ctxgate-accounting") / hashlib.sha256(where.encode()).hexdigest()[:16]

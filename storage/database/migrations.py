@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.database.tables import metadata, retention_turns, schema_version, usage_daily
+from storage.database.tables import (
+    journal_marks,
+    metadata,
+    retention_turns,
+    schema_version,
+    usage_daily,
+)
 from storage.rows import charges as savings
 from storage.rows import search
 
@@ -133,3 +139,9 @@ def archive_search_buckets(conn: Connection) -> None:
     """PostgreSQL's search index holds each row's bucket of ids, so a search reads the newest
     matches first (SQLite's index is ordered already)."""
     search.add_buckets(conn)
+
+
+@migration
+def accounting(conn: Connection) -> None:
+    """Accounting journals record how far the tables hold them (storage.journal)."""
+    journal_marks.create(conn, checkfirst=True)
