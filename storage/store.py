@@ -42,7 +42,17 @@ from storage.records import (
 )
 from storage.replay import replay_journals
 from storage.rows import charges as savings
-from storage.rows import checkpoints, events, lineages, marks, search, sessions, usage, windows
+from storage.rows import (
+    checkpoints,
+    daily,
+    events,
+    lineages,
+    marks,
+    search,
+    sessions,
+    usage,
+    windows,
+)
 from storage.writer import UsageWriter
 
 INLINE_USAGE_RECORDS = 64  # larger batches go through the pool's thread
@@ -353,10 +363,16 @@ class SessionStore:
 
         return await self._db.read(facts, snapshot=True)
 
-    async def delete_session(self, sk: SessionKey) -> bool:
-        """Delete the session with its checkpoints, archive, events, usage and lease."""
+    async def delete_session(self, sk: SessionKey, *, keep_totals: bool = True) -> bool:
+        """Delete the session -- its own row and its lineages' (forks, rotations) -- with
+        every row they have in any table: checkpoints, archive, events, usage, charges, shadow
+        checks, leases. With `keep_totals` its usage, charges and shadow checks are first
+        added into the daily totals, so that the figures over all sessions stay the same.
+        What this process still holds for it in the write-behind is written (and deleted)
+        first."""
+        await self.flush()
         try:
-            return await self._db.write(lambda conn: sessions.delete_session(conn, sk))
+            return await self._db.write(lambda conn: sessions.delete_session(conn, sk, keep_totals))
         finally:
             self._cache.clear()  # the session's forks went with it
 
@@ -387,8 +403,18 @@ class SessionStore:
     async def charge_groups(
         self, keys: Sequence[SessionKey] | None = None, per_session: bool = False
     ) -> list[savings.ChargeGroup]:
+        """Charges summed by model, kind and compressed (and session when `per_session`) of
+        the sessions `keys`; over all (None, not per session) the deleted sessions' kept daily
+        totals are in the sums too."""
         await self._charges.flush()
-        return await self._db.read(lambda conn: savings.charge_groups(conn, keys, per_session))
+
+        async def read(conn: AsyncConnection) -> list[savings.ChargeGroup]:
+            live = await savings.charge_groups(conn, keys, per_session)
+            if keys is not None or per_session:
+                return live
+            return daily.merged_charges([*live, *await daily.charge_totals(conn)])
+
+        return await self._db.read(read, snapshot=True)
 
     async def charges_of(self, sk: SessionKey, limit: int = 1000) -> list[savings.ChargeRow]:
         """The session's newest `limit` charges (one per upstream call), oldest first."""
@@ -399,7 +425,16 @@ class SessionStore:
         await self._db.write_inline(lambda conn: savings.add_shadow(conn, row))
 
     async def shadow_groups(self, sk: SessionKey | None = None) -> list[savings.ShadowGroup]:
-        return await self._db.read(lambda conn: savings.shadow_groups(conn, sk))
+        """Shadow checks by model and trigger, of one session or of all (then with the
+        deleted sessions' kept daily totals)."""
+
+        async def read(conn: AsyncConnection) -> list[savings.ShadowGroup]:
+            live = await savings.shadow_groups(conn, sk)
+            if sk is not None:
+                return live
+            return daily.merged_shadow([*live, *await daily.shadow_totals(conn)])
+
+        return await self._db.read(read, snapshot=True)
 
     # -- model windows -----------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from storage.database.tables import (
     usage_daily,
 )
 from storage.rows import charges as savings
-from storage.rows import search
+from storage.rows import daily, search
 
 # Any constant: serialises concurrent `open()`s of one PostgreSQL database, whose
 # CREATE TABLEs would otherwise race on the catalog.
@@ -143,5 +143,7 @@ def archive_search_buckets(conn: Connection) -> None:
 
 @migration
 def accounting(conn: Connection) -> None:
-    """Accounting journals record how far the tables hold them (storage.journal)."""
+    """Accounting journals record how far the tables hold them (storage.journal); deleted
+    sessions' charges and shadow checks are kept as daily totals (storage.rows.daily)."""
     journal_marks.create(conn, checkfirst=True)
+    daily.create(conn)
