@@ -60,12 +60,13 @@ def _lock(path: Path, *, create: bool = False) -> int | None:
 class Journal:
     """This process's journal for one kind of record ("usage", "charge")."""
 
-    def __init__(self, directory: Path, kind: str) -> None:
+    def __init__(self, directory: Path, kind: str, segment_bytes: int = SEGMENT_BYTES) -> None:
         """Create the journal, its lock held before its name is visible: a starting process
         that lists the directory meanwhile cannot take it for a dead one's."""
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.name = f"{kind}-{uuid.uuid4().hex}"
+        self._segment_bytes = segment_bytes
         hidden = directory / f".{self.name}{_LOCK}"
         fd = _lock(hidden, create=True)
         if fd is None:  # a fresh uuid: nobody else can hold it
@@ -104,7 +105,7 @@ class Journal:
 
     def done(self, seq: int) -> None:
         """The database holds everything up to `seq`: drop the segments it covers."""
-        if self._bytes >= SEGMENT_BYTES:
+        if self._bytes >= self._segment_bytes:
             self._start_segment()
         while len(self._segments) > 1 and self._segments[0][1] <= seq:
             segment, _ = self._segments.pop(0)

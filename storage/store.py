@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -55,6 +56,8 @@ from storage.rows import (
 )
 from storage.writer import UsageWriter
 
+logger = logging.getLogger("ctxgate.storage")
+
 INLINE_USAGE_RECORDS = 64  # larger batches go through the pool's thread
 
 Clock = Callable[[], float]
@@ -64,17 +67,24 @@ class SessionStore:
     """Sessions, checkpoints, archive, events, usage, model windows and leases."""
 
     def __init__(
-        self, db: Database, clock: Clock, cache: SessionCache, journal_dir: Path | None = None
+        self,
+        db: Database,
+        clock: Clock,
+        cache: SessionCache,
+        journal_dir: Path | None = None,
+        linger_s: float = 0.5,
     ) -> None:
         """Use `await SessionStore.open(url)`; this only wires the parts together."""
         self._db = db
         self._clock = clock
         self._cache = cache
-        journal = None if journal_dir is None else Journal(journal_dir, "usage")
-        self._writer: UsageWriter[UsageRecord] = UsageWriter(self._write_usage, journal=journal)
-        journal = None if journal_dir is None else Journal(journal_dir, "charge")
+        journal = _journal(journal_dir, "usage")
+        self._writer: UsageWriter[UsageRecord] = UsageWriter(
+            self._write_usage, journal=journal, linger_s=linger_s
+        )
+        journal = _journal(journal_dir, "charge")
         self._charges: UsageWriter[savings.ChargeRow] = UsageWriter(
-            self._write_charges, what="charge", journal=journal
+            self._write_charges, what="charge", journal=journal, linger_s=linger_s
         )
         self._closed = False
         self._session_reads = 0
@@ -88,6 +98,7 @@ class SessionStore:
         clock: Clock = time.time,
         session_cache_s: float = 0.0,
         journal_dir: Path | None = None,
+        linger_s: float = 0.5,
     ) -> SessionStore:
         """Connect, create or migrate the schema, start the usage writer.
 
@@ -98,14 +109,18 @@ class SessionStore:
         journal_dir: where usage and charges are journaled as they are handed over, so that a
         crash loses none of them (storage.journal); the journals of dead processes found there
         are replayed first. None: no journal (`journal_directory(url)` is the usual place).
+        linger_s: how long the write-behind gathers records into one transaction.
         """
         db = Database.connect(url)
         try:
             await db.prepare()
             await db.write(lambda conn: migrations.ensure_schema(conn, clock()))
             if journal_dir is not None:
-                await replay_journals(db, journal_dir, clock)
-            store = cls(db, clock, SessionCache(session_cache_s), journal_dir)
+                try:
+                    await replay_journals(db, journal_dir, clock)
+                except OSError as exc:
+                    logger.error("accounting journals in %s not replayed: %s", journal_dir, exc)
+            store = cls(db, clock, SessionCache(session_cache_s), journal_dir, linger_s)
         except BaseException:
             await db.dispose()
             raise
@@ -477,6 +492,18 @@ class SessionStore:
     async def release_leases_of(self, owners: Collection[str]) -> int:
         """Free every lease of the given (dead) owners; how many were freed."""
         return await self._db.write(lambda conn: leases.release_all(conn, owners))
+
+
+def _journal(directory: Path | None, kind: str) -> Journal | None:
+    """A journal in `directory`, or None (no directory, or none can be written there: a
+    read-only file system; then a crash loses what the write-behind holds, as without)."""
+    if directory is None:
+        return None
+    try:
+        return Journal(directory, kind)
+    except OSError as exc:
+        logger.error("no accounting journal in %s (a crash loses recent usage): %s", directory, exc)
+        return None
 
 
 def journal_directory(url: str) -> Path:
