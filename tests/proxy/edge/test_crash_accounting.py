@@ -192,3 +192,39 @@ def test_kill9_of_a_worker_under_load_loses_no_accounting(
     else:
         journals = tmp_path / "ctxgate-accounting"
     assert not list(journals.rglob("*.log")), "the journals were not replayed and removed"
+
+
+def test_a_replica_killed_and_started_again_accounts_every_answer(
+    sim: Simulator, db_url: str, tmp_path: Path
+) -> None:
+    """One process per replica (as behind HAProxy): the killed replica's own next start
+    replays what it had not written, however soon after its answers it died."""
+    prefix = f"replica-{uuid.uuid4().hex[:8]}"
+    config = {
+        "upstreams": {"sim": {"base_url": sim.base_url, "api_key": "sk-up"}},
+        "models": [{"match": "*", "upstream": "sim", "context_length": WINDOW}],
+        "storage": {"url": db_url, "retention": {"session_idle_days": 0}},
+        "compression": {"background": False},
+        "logging": {"level": "warning", "json": False},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    replica = Workers(path, tmp_path / "first.log", workers=1, cwd=tmp_path)
+    load = Load(replica.root, prefix)
+    with httpx.Client(timeout=30) as http:
+        for n in range(15):
+            assert load.one(f"{prefix}-{n}", f"q{n}", http) is not None
+    os.kill(replica.process.pid, signal.SIGKILL)  # at once: every answer is still queued
+    replica.process.wait()
+
+    again = Workers(path, tmp_path / "second.log", workers=1, cwd=tmp_path)
+    # uvicorn ends a lone server stopped by SIGTERM with the signal, once it has shut down.
+    assert again.stop() in (0, -signal.SIGTERM), again.output()
+    assert "Traceback" not in again.output(), again.output()
+    found = accounted(db_url, prefix)
+    assert {what: len(counts) for what, counts in found.items()} == {
+        "usage": 15,
+        "request_count": 15,
+        "charges": 15,
+    }
+    assert all(set(counts.values()) == {1} for counts in found.values())
