@@ -309,6 +309,8 @@ async def delete_session(scope: str, key: str, request: Request) -> Response:
     sk = SessionKey(scope, key)
     # First: a running background job or the remembered last view could bring it back.
     services.sessions.forget(sk)
+    if services.conversations.ledger is not None:
+        services.conversations.ledger.forget(sk)
     keep = services.settings.storage.retention.keep_daily_usage  # totals survive it
     if not await services.store.delete_session(sk, keep_totals=keep):
         raise unknown(sk)
