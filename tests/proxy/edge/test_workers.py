@@ -276,6 +276,10 @@ def test_a_worker_that_dies_is_replaced_and_its_counts_kept(
     with closing(served.pinned(victim)) as http:
         for i in range(3):
             chat(http, served.base_url, [{"role": "user", "content": f"q{i}"}], "before")
+    # Counted once the client has its answer (bookkeeping runs after it): wait for the count.
+    deadline = time.monotonic() + 10
+    while served.requests_counted() < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     os.kill(victim, signal.SIGKILL)
 
     deadline = time.monotonic() + 60
