@@ -138,3 +138,16 @@ def test_segments_are_dropped_once_the_mark_is_past_them(tmp_path: Path) -> None
     assert [seq for seq, _ in dead.lines()] == [5, 6]
     dead.remove()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dead_journal_goes_to_one_replayer_at_a_time(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, "usage")
+    journal.append(record(0))
+    journal.close(remove=False)
+    (first,) = dead_journals(tmp_path)
+    assert list(dead_journals(tmp_path)) == []  # another process starting meanwhile skips it
+    first.release()  # a replay cut short: the journal is there for the next start
+    (again,) = dead_journals(tmp_path)
+    assert [seq for seq, _ in again.lines()] == [1]
+    again.remove()
+    assert list(dead_journals(tmp_path)) == [] and list(tmp_path.iterdir()) == []
