@@ -28,7 +28,7 @@ from storage.records import (
 )
 from storage.rows.retention import DailyUsage
 from storage.rows.terms import Terms, search_terms
-from storage.store import SessionStore
+from storage.store import SessionStore, journal_directory
 from storage.sweeper import RetentionPolicy, Sweeper, SweepReport, daily_usage
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "UsagePoint",
     "UsageRecord",
     "daily_usage",
+    "journal_directory",
     "search_terms",
     "wait_budget",
 ]

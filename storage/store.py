@@ -10,15 +10,21 @@ no connection is left holding SQLite's write lock.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.cache import Miss, SessionCache
 from storage.database import leases, migrations
 from storage.database.db import Database
 from storage.database.inline import Executor
+from storage.errors import StorageError
+from storage.journal import Journal, Mark
 from storage.records import (
     UNSET,
     ArchivedMessage,
@@ -36,11 +42,14 @@ from storage.records import (
     Unset,
     UsageRecord,
 )
+from storage.replay import replay_journals
 from storage.rows import charges as savings
 from storage.rows import (
     checkpoints,
+    daily,
     events,
     lineages,
+    marks,
     search,
     sessions,
     switches,
@@ -48,6 +57,8 @@ from storage.rows import (
     windows,
 )
 from storage.writer import UsageWriter
+
+logger = logging.getLogger("ctxgate.storage")
 
 INLINE_USAGE_RECORDS = 64  # larger batches go through the pool's thread
 
@@ -57,14 +68,25 @@ Clock = Callable[[], float]
 class SessionStore:
     """Sessions, checkpoints, archive, events, usage, model windows and leases."""
 
-    def __init__(self, db: Database, clock: Clock, cache: SessionCache) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        cache: SessionCache,
+        journal_dir: Path | None = None,
+        linger_s: float = 0.5,
+    ) -> None:
         """Use `await SessionStore.open(url)`; this only wires the parts together."""
         self._db = db
         self._clock = clock
         self._cache = cache
-        self._writer: UsageWriter[UsageRecord] = UsageWriter(self._write_usage)
+        journal = _journal(journal_dir, "usage")
+        self._writer: UsageWriter[UsageRecord] = UsageWriter(
+            self._write_usage, journal=journal, linger_s=linger_s
+        )
+        journal = _journal(journal_dir, "charge")
         self._charges: UsageWriter[savings.ChargeRow] = UsageWriter(
-            self._write_charges, what="charge"
+            self._write_charges, what="charge", journal=journal, linger_s=linger_s
         )
         self._closed = False
         self._session_reads = 0
@@ -72,7 +94,13 @@ class SessionStore:
 
     @classmethod
     async def open(
-        cls, url: str, *, clock: Clock = time.time, session_cache_s: float = 0.0
+        cls,
+        url: str,
+        *,
+        clock: Clock = time.time,
+        session_cache_s: float = 0.0,
+        journal_dir: Path | None = None,
+        linger_s: float = 0.5,
     ) -> SessionStore:
         """Connect, create or migrate the schema, start the usage writer.
 
@@ -80,15 +108,24 @@ class SessionStore:
         "postgresql+asyncpg://user@host/db". clock: epoch seconds (injectable for tests).
         session_cache_s: how long get_session may answer from this process's copy of a row
         (0: every call reads the database); see storage.cache.
+        journal_dir: where usage and charges are journaled as they are handed over, so that a
+        crash loses none of them (storage.journal); the journals of dead processes found there
+        are replayed first. None: no journal (`journal_directory(url)` is the usual place).
+        linger_s: how long the write-behind gathers records into one transaction.
         """
         db = Database.connect(url)
         try:
             await db.prepare()
             await db.write(lambda conn: migrations.ensure_schema(conn, clock()))
+            if journal_dir is not None:
+                try:
+                    await replay_journals(db, journal_dir, clock)
+                except OSError as exc:
+                    logger.error("accounting journals in %s not replayed: %s", journal_dir, exc)
+            store = cls(db, clock, SessionCache(session_cache_s), journal_dir, linger_s)
         except BaseException:
             await db.dispose()
             raise
-        store = cls(db, clock, SessionCache(session_cache_s))
         store._writer.start()
         store._charges.start()
         return store
@@ -98,9 +135,17 @@ class SessionStore:
         if self._closed:
             return
         self._closed = True
-        await self._writer.close()
-        await self._charges.close()
+        for writer in (self._writer, self._charges):
+            journal = await writer.close()
+            if journal is not None:  # its files are gone: its mark is of no more use
+                await self._forget_mark(journal.name)
         await self._db.dispose()
+
+    async def _forget_mark(self, journal: str) -> None:
+        try:
+            await self._db.write(lambda conn: marks.forget(conn, journal))
+        except StorageError as exc:  # a row left behind, harmless
+            logger.warning("journal mark %s not dropped: %s", journal, exc)
 
     @property
     def dialect(self) -> str:
@@ -168,11 +213,14 @@ class SessionStore:
     async def record_usage(self, u: UsageRecord) -> None:
         """The same as record_usage_later, but awaited (and errors raised)."""
         self._cache.drop(u.sk)
-        await self._write_usage([self._stamped(u)])
+        await self._write_usage([self._stamped(u)], None)
 
-    async def _write_usage(self, batch: list[UsageRecord]) -> None:
-        def write(conn: Executor) -> Awaitable[None]:
-            return usage.apply(conn, batch, self._clock())
+    async def _write_usage(self, batch: list[UsageRecord], mark: Mark | None) -> None:
+        async def write(conn: Executor) -> None:
+            now = self._clock()
+            await usage.apply(conn, batch, now)
+            if mark is not None:
+                await marks.advance(conn, mark, now)
 
         # A batch written inline holds the event loop: ~1.6 ms for 64 records, ~19 for 1000.
         if len(batch) <= INLINE_USAGE_RECORDS:
@@ -338,17 +386,23 @@ class SessionStore:
 
         return await self._db.read(facts, snapshot=True)
 
-    async def delete_session(self, sk: SessionKey) -> bool:
-        """Delete the session with its checkpoints, archive, events, usage and lease."""
+    async def delete_session(self, sk: SessionKey, *, keep_totals: bool = True) -> bool:
+        """Delete the session -- its own row and its lineages' (forks, rotations) -- with
+        every row they have in any table: checkpoints, archive, events, usage, charges, shadow
+        checks, leases. With `keep_totals` its usage, charges and shadow checks are first
+        added into the daily totals, so that the figures over all sessions stay the same.
+        What this process still holds for it in the write-behind is written (and deleted)
+        first."""
+        await self.flush()
         try:
-            return await self._db.write(lambda conn: sessions.delete_session(conn, sk))
+            return await self._db.write(lambda conn: sessions.delete_session(conn, sk, keep_totals))
         finally:
             self._cache.clear()  # the session's forks went with it
 
     # -- charges and shadow checks -----------------------------------------------------
 
     async def record_charges(self, rows: Sequence[savings.ChargeRow]) -> None:
-        await self._write_charges(list(rows))
+        await self._write_charges(list(rows), None)
 
     def record_charges_later(self, rows: Sequence[savings.ChargeRow]) -> None:
         """Hand charges to their write-behind task; returns at once, never raises. The reads
@@ -356,8 +410,13 @@ class SessionStore:
         for row in rows:
             self._charges.submit(row)
 
-    async def _write_charges(self, rows: list[savings.ChargeRow]) -> None:
-        await self._db.write_inline(lambda conn: savings.add_charges(conn, rows))
+    async def _write_charges(self, rows: list[savings.ChargeRow], mark: Mark | None) -> None:
+        async def write(conn: Executor) -> None:
+            await savings.add_charges(conn, rows)
+            if mark is not None:
+                await marks.advance(conn, mark, self._clock())
+
+        await self._db.write_inline(write)
 
     async def last_full_prompt(self, sk: SessionKey) -> tuple[int, float] | None:
         """The newest client request's uncompressed prompt tokens and time, if any, among
@@ -367,8 +426,18 @@ class SessionStore:
     async def charge_groups(
         self, keys: Sequence[SessionKey] | None = None, per_session: bool = False
     ) -> list[savings.ChargeGroup]:
+        """Charges summed by model, kind and compressed (and session when `per_session`) of
+        the sessions `keys`; over all (None, not per session) the deleted sessions' kept daily
+        totals are in the sums too."""
         await self._charges.flush()
-        return await self._db.read(lambda conn: savings.charge_groups(conn, keys, per_session))
+
+        async def read(conn: AsyncConnection) -> list[savings.ChargeGroup]:
+            live = await savings.charge_groups(conn, keys, per_session)
+            if keys is not None or per_session:
+                return live
+            return daily.merged_charges([*live, *await daily.charge_totals(conn)])
+
+        return await self._db.read(read, snapshot=True)
 
     async def charges_of(self, sk: SessionKey, limit: int = 1000) -> list[savings.ChargeRow]:
         """The session's newest `limit` charges (one per upstream call), oldest first."""
@@ -379,7 +448,16 @@ class SessionStore:
         await self._db.write_inline(lambda conn: savings.add_shadow(conn, row))
 
     async def shadow_groups(self, sk: SessionKey | None = None) -> list[savings.ShadowGroup]:
-        return await self._db.read(lambda conn: savings.shadow_groups(conn, sk))
+        """Shadow checks by model and trigger, of one session or of all (then with the
+        deleted sessions' kept daily totals)."""
+
+        async def read(conn: AsyncConnection) -> list[savings.ShadowGroup]:
+            live = await savings.shadow_groups(conn, sk)
+            if sk is not None:
+                return live
+            return daily.merged_shadow([*live, *await daily.shadow_totals(conn)])
+
+        return await self._db.read(read, snapshot=True)
 
     async def checkpoint_trigger(self, checkpoint_id: int) -> str | None:
         """The trigger of the compression that made the checkpoint, if its event is kept."""
@@ -435,3 +513,26 @@ class SessionStore:
     async def release_leases_of(self, owners: Collection[str]) -> int:
         """Free every lease of the given (dead) owners; how many were freed."""
         return await self._db.write(lambda conn: leases.release_all(conn, owners))
+
+
+def _journal(directory: Path | None, kind: str) -> Journal | None:
+    """A journal in `directory`, or None (no directory, or none can be written there: a
+    read-only file system; then a crash loses what the write-behind holds, as without)."""
+    if directory is None:
+        return None
+    try:
+        return Journal(directory, kind)
+    except OSError as exc:
+        logger.error("no accounting journal in %s (a crash loses recent usage): %s", directory, exc)
+        return None
+
+
+def journal_directory(url: str) -> Path:
+    """Where a process of the database at `url` keeps its accounting journals: beside a
+    SQLite file; for PostgreSQL under the working directory (the image's volume), one folder
+    per database, so that replicas of another database never replay into this one."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return Path(f"{Path(parsed.database or 'ctxgate.db').expanduser()}.accounting")
+    where = f"{parsed.host}:{parsed.port}/{parsed.database}"
+    return Path("ctxgate-accounting") / hashlib.sha256(where.encode()).hexdigest()[:16]

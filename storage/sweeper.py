@@ -24,7 +24,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.errors import StorageError
-from storage.rows import retention
+from storage.rows import daily, retention
 from storage.rows.retention import DailyUsage
 from storage.store import SessionStore
 
@@ -62,6 +62,7 @@ class SweepReport:
     pages_returned: int  # SQLite pages given back to the file system
     vacuum_s: float  # how long that took
     seconds: float
+    orphans: int = 0  # charges and shadow checks deleted that had no session row
 
 
 class Sweeper:
@@ -110,6 +111,7 @@ class Sweeper:
             )
             if batch.rows == 0 or (in_turn and not await self._still_ours()):
                 break  # every candidate was touched meanwhile, or another process sweeps
+        orphans = await self._forget_orphans(writes, self._clock() - self._policy.idle_s)
         purged = await self._purge(writes, in_turn)
         merges = await self._merge_index(writes) if purged else 0
         vacuum_started = time.perf_counter()
@@ -125,6 +127,7 @@ class Sweeper:
             returned,
             time.perf_counter() - vacuum_started,
             time.perf_counter() - started,
+            orphans,
         )
         self.sweeps += 1
         self.last = report
@@ -156,6 +159,23 @@ class Sweeper:
             return await writes.timed(self._db.write(retire))
         finally:
             self._store.forget_cached()  # retired rows must not be answered from memory
+
+    async def _forget_orphans(self, writes: _Writes, cutoff: float) -> int:
+        """Delete the charges and shadow checks no session row owns, idle past the cutoff, a
+        few keys per transaction; how many rows went."""
+        p = self._policy
+
+        async def find(conn: AsyncConnection) -> list[retention.Root]:
+            return await retention.orphan_keys(conn, cutoff, p.batch_sessions)
+
+        gone = 0
+        while keys := await self._db.read(find):
+
+            async def forget(conn: AsyncConnection, keys: list[retention.Root] = keys) -> int:
+                return await daily.forget(conn, keys, p.keep_daily_usage)
+
+            gone += await writes.timed(self._db.write(forget))
+        return gone
 
     async def _purge(self, writes: _Writes, in_turn: bool) -> int:
         """Delete what retired sessions own, `purge_rows` rows per transaction; how many."""

@@ -9,6 +9,10 @@ a busy session costs one upsert per batch instead of one per request, and the da
 time (each statement is a round trip to aiosqlite's thread), so half a second of linger keeps
 that off the requests of a busy proxy; nothing on the request path reads these rows back
 (the session cache applies each record as it is handed over). `flush` cuts the linger short.
+
+With a journal (storage.journal) each record is also appended to a local file as it is handed
+over, and each batch's transaction moves the journal's mark: what a process killed during
+the linger held is replayed from its journal by the next process to start.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 from storage.errors import DatabaseBusy, StorageError
+from storage.journal import Journal, Mark
 
 logger = logging.getLogger("ctxgate.storage")
 
@@ -29,8 +34,9 @@ Record = TypeVar("Record")
 class UsageWriter(Generic[Record]):
     def __init__(
         self,
-        write: Callable[[list[Record]], Awaitable[None]],
+        write: Callable[[list[Record], Mark | None], Awaitable[None]],
         *,
+        journal: Journal | None = None,
         max_batch: int = 1000,
         max_pending: int = 100_000,
         busy_retries: int = 3,
@@ -38,14 +44,15 @@ class UsageWriter(Generic[Record]):
         what: str = "usage",
     ) -> None:
         self._write = write
+        self._journal = journal
         self._what = what  # what the records are, in task names and log lines
         self._max_batch = max_batch
         self._linger_s = linger_s
         self._hurry = asyncio.Event()
         self._flushers = 0
         self._busy_retries = busy_retries
-        # Each record with the loop time it was handed over at.
-        self._queue: asyncio.Queue[tuple[float, Record]] = asyncio.Queue(max_pending)
+        # Each record with the loop time it was handed over at and its seq in the journal.
+        self._queue: asyncio.Queue[tuple[float, int, Record]] = asyncio.Queue(max_pending)
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.written = 0
@@ -66,10 +73,23 @@ class UsageWriter(Generic[Record]):
         if self._closed or self._task is None or self._task.done():
             self._drop(f"the {self._what} writer is not running")
             return
-        try:
-            self._queue.put_nowait((self._task.get_loop().time(), record))
-        except asyncio.QueueFull:
+        if self._queue.full():
             self._drop(f"the {self._what} queue is full")
+            return
+        self._queue.put_nowait((self._task.get_loop().time(), self._journaled(record), record))
+
+    def _journaled(self, record: Record) -> int:
+        """The record's seq in the journal (0: none, or it could not be written)."""
+        if self._journal is None:
+            return 0
+        try:
+            return self._journal.append(record)
+        except (OSError, TypeError) as exc:
+            # Without the journal a crash loses the linger's records, as it would anyway.
+            logger.error("%s journal stopped: %s", self._what, exc)
+            self._journal.close(remove=False)
+            self._journal = None
+            return 0
 
     async def flush(self) -> None:
         """Wait until every record submitted so far has been written (or given up on)."""
@@ -87,18 +107,24 @@ class UsageWriter(Generic[Record]):
             if not self._flushers:
                 self._hurry.clear()
 
-    async def close(self) -> None:
+    async def close(self) -> Journal | None:
+        """Write out what is queued and stop; the journal, closed and its files removed (its
+        mark is the caller's to forget), or None."""
         self._closed = True
         await self.flush()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        journal, self._journal = self._journal, None
+        if journal is not None:
+            journal.close(remove=True)
+        return journal
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            handed_at, first = await self._queue.get()
+            handed_at, seq, first = await self._queue.get()
             batch = [first]
             # A record that waited behind the previous write lingers only what is left: what
             # a crash can lose stays bounded by the linger plus one write.
@@ -107,17 +133,22 @@ class UsageWriter(Generic[Record]):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._hurry.wait(), linger)
             while len(batch) < self._max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait()[1])
+                _, seq, record = self._queue.get_nowait()
+                batch.append(record)
+            journal = self._journal
+            mark = Mark(journal.name, seq) if journal is not None and seq else None
             try:
-                await self._write_batch(batch)
+                await self._write_batch(batch, mark)
             finally:
+                if mark is not None and journal is not None and journal is self._journal:
+                    journal.done(mark.seq)
                 for _ in batch:
                     self._queue.task_done()
 
-    async def _write_batch(self, batch: list[Record]) -> None:
+    async def _write_batch(self, batch: list[Record], mark: Mark | None) -> None:
         for attempt in range(self._busy_retries + 1):
             try:
-                await self._write(batch)
+                await self._write(batch, mark)
             except DatabaseBusy as exc:
                 error: Exception = exc
                 if attempt < self._busy_retries:
@@ -133,9 +164,9 @@ class UsageWriter(Generic[Record]):
             self.written += len(batch)
             return
         if len(batch) > 1 and not isinstance(error, DatabaseBusy):
-            # One bad record must not cost the whole batch.
-            for record in batch:
-                await self._write_batch([record])
+            # One bad record must not cost the whole batch; the mark goes with the last one.
+            for i, record in enumerate(batch):
+                await self._write_batch([record], mark if i == len(batch) - 1 else None)
             return
         self.failed += len(batch)
         logger.error("%s write-behind dropped %d record(s): %s", self._what, len(batch), error)

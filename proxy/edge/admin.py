@@ -352,13 +352,16 @@ async def session_detail(scope: str, key: str, request: Request) -> Response:
     )
 
 
-@api.delete("/sessions/{scope}/{key:path}", summary="Delete a session and its archive")
+@api.delete("/sessions/{scope}/{key:path}", summary="Delete a session with all it holds")
 async def delete_session(scope: str, key: str, request: Request) -> Response:
     services = _services(request)
     sk = SessionKey(scope, key)
     # First: a running background job or the remembered last view could bring it back.
     services.sessions.forget(sk)
-    if not await services.store.delete_session(sk):
+    if services.conversations.ledger is not None:
+        services.conversations.ledger.forget(sk)
+    keep = services.settings.storage.retention.keep_daily_usage  # totals survive it
+    if not await services.store.delete_session(sk, keep_totals=keep):
         raise unknown(sk)
     return json_response({"scope": scope, "key": key, "deleted": True})
 

@@ -28,7 +28,7 @@ from session.metrics import Metrics
 from session.models import Models
 from session.pressure import measure
 from session.recall import Recaller
-from storage import RetentionPolicy, SessionLocks, SessionStore, Sweeper
+from storage import RetentionPolicy, SessionLocks, SessionStore, Sweeper, journal_directory
 
 
 def build_engine(settings: Settings) -> ContextEngine:
@@ -83,8 +83,11 @@ async def start_services(
     http = http_transport or new_http_transport(settings.server.upstream_client)
     owns_store = store is None
     if store is None:
+        url = settings.storage.url
         store = await SessionStore.open(
-            settings.storage.url, session_cache_s=settings.storage.session_cache_s
+            url,
+            session_cache_s=settings.storage.session_cache_s,
+            journal_dir=journal_directory(url),  # a crash loses no accounting
         )
     upstreams = {name: Upstream(up, http) for name, up in settings.upstreams.items()}
     locks = SessionLocks(store, ttl_s=settings.storage.lease_ttl_s)

@@ -147,6 +147,14 @@ class Ledger:
             return None
         return last
 
+    def forget(self, sk: SessionKey) -> None:
+        """Drop what this process remembers of a deleted session: a client that reuses its id
+        starts a new history, whose first request has no cached prefix to inherit."""
+        lineage = (f"{sk.key}#", f"{sk.key}~")  # its forks and rotations
+        for known in [k for k in self._last if k.scope == sk.scope]:
+            if known.key == sk.key or known.key.startswith(lineage):
+                del self._last[known]
+
     def _remember(self, sk: SessionKey, last: _Last) -> None:
         self._last[sk] = last
         self._last.move_to_end(sk)

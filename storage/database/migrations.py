@@ -13,9 +13,15 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.database.tables import metadata, retention_turns, schema_version, usage_daily
+from storage.database.tables import (
+    journal_marks,
+    metadata,
+    retention_turns,
+    schema_version,
+    usage_daily,
+)
 from storage.rows import charges as savings
-from storage.rows import search, switches
+from storage.rows import daily, search, switches
 
 # Any constant: serialises concurrent `open()`s of one PostgreSQL database, whose
 # CREATE TABLEs would otherwise race on the catalog.
@@ -139,3 +145,11 @@ def archive_search_buckets(conn: Connection) -> None:
 def session_switches(conn: Connection) -> None:
     """Compression can be switched off per session: the switches get their table."""
     switches.create(conn)
+
+
+@migration
+def accounting(conn: Connection) -> None:
+    """Accounting journals record how far the tables hold them (storage.journal); deleted
+    sessions' charges and shadow checks are kept as daily totals (storage.rows.daily)."""
+    journal_marks.create(conn, checkfirst=True)
+    daily.create(conn)

@@ -191,3 +191,13 @@ schema_version = Table(
     Column("name", String, nullable=False),
     Column("applied_at", Double, nullable=False),
 )
+
+# How far each accounting journal (storage.journal) is written: its records up to `seq` are in
+# the tables, moved in the transaction that wrote them.
+journal_marks = Table(
+    "journal_marks",
+    metadata,
+    Column("journal", String, primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)

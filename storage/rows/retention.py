@@ -4,8 +4,10 @@ A session here is a client's session id: its own row and the rows of its lineage
 and forks) share its `root_key`, and a live lineage reads its ancestors' archive, so they go
 together once the newest of them has been idle past the cutoff, with everything they own:
 checkpoints, archive (its search index follows each archive row), events, usage and leases.
-Optionally the usage rows are first added into `usage_daily` (per UTC day, scope and model)
-so token accounting survives the sessions.
+Charges and shadow checks, keyed by (scope, key), go too, as do those left without any session
+row. Optionally the usage rows are first added into `usage_daily` (per UTC day, scope and
+model), and the charges and shadow checks into their daily totals (storage.rows.daily), so
+that accounting over time survives the sessions.
 
 Deleting is two steps of short write transactions, so that a request waits for one of them at
 most: `retire_roots` takes a few sessions out of every lookup at once (their rows move under a
@@ -54,7 +56,8 @@ from storage.database.tables import (
     usage,
     usage_daily,
 )
-from storage.rows import search
+from storage.rows import daily, search
+from storage.rows.charges import charges, shadow_checks
 
 logger = logging.getLogger("ctxgate.storage")
 
@@ -120,14 +123,35 @@ async def retire_roots(
         return Batch(0, 0, 0)
     ids = [int(r.id) for r in doomed]
     owners = {int(r.id): (str(r.scope), str(r.model)) for r in doomed}
-    folded = await _fold_usage(conn, owners) if keep_usage else 0
-    keys = [(r.scope, r.key) for r in doomed]
+    folded = await fold_usage(conn, owners) if keep_usage else 0
+    keys = [(str(r.scope), str(r.key)) for r in doomed]
+    # Keyed by (scope, key) rather than hung off the rows: deleted now, or a client that
+    # reuses the id would find them.
+    await daily.forget(conn, keys, keep_usage)
     await conn.execute(leases.delete().where(tuple_(leases.c.scope, leases.c.key).in_(keys)))
     # (RETIRED + scope, key) stays unique: (scope, key) was.
     await conn.execute(
         sessions.update().where(c.id.in_(ids)).values(scope=literal(RETIRED) + c.scope)
     )
     return Batch(len({(r.scope, r.root_key) for r in doomed}), len(ids), folded)
+
+
+async def orphan_keys(conn: AsyncConnection, cutoff: float, limit: int) -> list[Root]:
+    """Up to `limit` (scope, key) with charges or shadow checks but no session row, the newest
+    of them from before `cutoff` (a request that never made a row, say)."""
+    found: set[Root] = set()
+    for table in (charges, shadow_checks):
+        c = table.c
+        has_row = select(sessions.c.id).where(sessions.c.scope == c.scope, sessions.c.key == c.key)
+        stmt = (
+            select(c.scope, c.key)
+            .where(~has_row.exists())
+            .group_by(c.scope, c.key)
+            .having(func.max(c.at) < cutoff)
+            .limit(limit)
+        )
+        found |= {(str(r.scope), str(r.key)) for r in await conn.execute(stmt)}
+    return sorted(found)[:limit]
 
 
 async def purge_step(conn: AsyncConnection, limit: int) -> int:
@@ -145,7 +169,7 @@ async def purge_step(conn: AsyncConnection, limit: int) -> int:
     return int(result.rowcount or 0)
 
 
-async def _fold_usage(conn: AsyncConnection, owners: dict[int, tuple[str, str]]) -> int:
+async def fold_usage(conn: AsyncConnection, owners: dict[int, tuple[str, str]]) -> int:
     """Add the sessions' usage rows into `usage_daily`; how many rows were added."""
     u = usage.c
     stmt = select(u.session_id, u.at, u.prompt_tokens, u.completion_tokens).where(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import RowMapping, bindparam, delete, desc, select, update
+from sqlalchemy import RowMapping, bindparam, delete, desc, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import codec
@@ -13,6 +13,7 @@ from storage.database.inline import Executor
 from storage.database.tables import leases, sessions
 from storage.errors import StorageError
 from storage.records import JSONObject, SessionKey, SessionOrder, SessionRecord, Unset
+from storage.rows import daily, retention
 
 _by_key = (sessions.c.scope, sessions.c.key)
 
@@ -107,18 +108,23 @@ async def list_sessions(
     return [record_from_row(row) for row in (await conn.execute(stmt)).mappings()]
 
 
-async def delete_session(conn: AsyncConnection, sk: SessionKey) -> bool:
-    """Delete the row, and the lineages forked in the session when `sk` is a client's id;
-    ON DELETE CASCADE takes their checkpoints, archive, events and usage."""
-    # A fork's rows (its own and its rotations') are named "<id>#<tag>...".
-    forks = (sessions.c.scope == sk.scope) & (sessions.c.root_key == sk.key)
-    forks &= sessions.c.key.like(fork_pattern(sk.key), escape="\\")
-    await conn.execute(delete(sessions).where(forks))
-    result = await conn.execute(delete(sessions).where(where_key(sk)))
-    await conn.execute(
-        delete(leases).where((leases.c.scope == sk.scope) & (leases.c.key == sk.key))
-    )
-    return bool(result.rowcount)
+async def delete_session(conn: AsyncConnection, sk: SessionKey, keep_totals: bool) -> bool:
+    """Delete the row and, when `sk` is a client's id, every row of its lineages (forks and
+    rotations name it as their root), with all they have: ON DELETE CASCADE takes their
+    checkpoints, archive, events and usage; charges, shadow checks and leases, keyed by
+    (scope, key), go here. With `keep_totals` the usage, charges and shadow checks are added
+    into the daily totals first. Whether the session had a row."""
+    c = sessions.c
+    of_session = (c.scope == sk.scope) & ((c.key == sk.key) | (c.root_key == sk.key))
+    rows = (await conn.execute(select(c.id, c.scope, c.key, c.model).where(of_session))).all()
+    keys = {(sk.scope, sk.key)} | {(str(r.scope), str(r.key)) for r in rows}
+    if keep_totals and rows:
+        await retention.fold_usage(conn, {int(r.id): (str(r.scope), str(r.model)) for r in rows})
+    await daily.forget(conn, keys, keep_totals)
+    await conn.execute(delete(leases).where(tuple_(leases.c.scope, leases.c.key).in_(keys)))
+    if rows:
+        await conn.execute(delete(sessions).where(c.id.in_([int(r.id) for r in rows])))
+    return bool(rows)
 
 
 def record_from_row(row: RowMapping) -> SessionRecord:

@@ -3,6 +3,7 @@
 import asyncio
 
 from storage import DatabaseBusy, SessionKey, StorageError, UsageRecord
+from storage.journal import Mark
 from storage.writer import UsageWriter
 
 SK = SessionKey("scope", "s")
@@ -20,7 +21,7 @@ class FlakyDatabase:
         self.poisoned = poisoned
         self.rows: list[int] = []
 
-    async def write(self, batch: list[UsageRecord]) -> None:
+    async def write(self, batch: list[UsageRecord], _mark: Mark | None = None) -> None:
         if self.busy:
             self.busy -= 1
             raise DatabaseBusy("database is locked")
@@ -33,7 +34,7 @@ async def test_records_submitted_together_go_out_in_one_batch() -> None:
     db = FlakyDatabase()
     batches: list[int] = []
 
-    async def write(batch: list[UsageRecord]) -> None:
+    async def write(batch: list[UsageRecord], _mark: Mark | None = None) -> None:
         batches.append(len(batch))
         await db.write(batch)
 
@@ -69,7 +70,7 @@ async def test_a_poisoned_record_costs_only_itself() -> None:
 async def test_an_unexpected_error_does_not_stop_the_writer() -> None:
     calls = 0
 
-    async def write(batch: list[UsageRecord]) -> None:
+    async def write(batch: list[UsageRecord], _mark: Mark | None = None) -> None:
         nonlocal calls
         calls += 1
         if calls == 1:
@@ -88,7 +89,7 @@ async def test_an_unexpected_error_does_not_stop_the_writer() -> None:
 async def test_a_full_queue_drops_and_counts() -> None:
     gate = asyncio.Event()
 
-    async def write(batch: list[UsageRecord]) -> None:
+    async def write(batch: list[UsageRecord], _mark: Mark | None = None) -> None:
         await gate.wait()
 
     writer = UsageWriter(write, max_pending=3)
@@ -109,7 +110,7 @@ async def test_a_record_waiting_behind_a_slow_write_lingers_only_what_is_left() 
     loop = asyncio.get_running_loop()
     committed: dict[int, float] = {}
 
-    async def slow_write(batch: list[UsageRecord]) -> None:
+    async def slow_write(batch: list[UsageRecord], _mark: Mark | None = None) -> None:
         await asyncio.sleep(1.0)  # a busy database
         for u in batch:
             committed[u.prompt_tokens] = loop.time()

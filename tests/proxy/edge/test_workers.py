@@ -39,7 +39,7 @@ from tests.simulator.fixtures import simulator_fixture
 class Workers:
     """`ctxgate serve --workers N` in its own process (the supervisor)."""
 
-    def __init__(self, config: Path, log: Path, workers: int = 2) -> None:
+    def __init__(self, config: Path, log: Path, workers: int = 2, cwd: Path | None = None) -> None:
         self.port = free_port()
         self.root = f"http://127.0.0.1:{self.port}"
         self.base_url = f"{self.root}/v1"
@@ -47,7 +47,9 @@ class Workers:
         argv = [sys.executable, "-m", "proxy.edge.cli", "serve", "--config", str(config)]
         argv += ["--port", str(self.port), "--workers", str(workers)]
         with log.open("wb") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=_importable()
+            )
         try:
             self.pids = self.wait_for_pids(workers)
         except BaseException:
@@ -98,6 +100,13 @@ class Workers:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+def _importable() -> dict[str, str]:
+    """The environment, with this checkout importable from another working directory."""
+    root = str(Path(__file__).resolve().parents[3])
+    path = os.environ.get("PYTHONPATH", "")
+    return os.environ | {"PYTHONPATH": f"{root}{os.pathsep}{path}" if path else root}
 
 
 def worker_of(http: httpx.Client, root: str) -> int:
@@ -267,6 +276,10 @@ def test_a_worker_that_dies_is_replaced_and_its_counts_kept(
     with closing(served.pinned(victim)) as http:
         for i in range(3):
             chat(http, served.base_url, [{"role": "user", "content": f"q{i}"}], "before")
+    # Counted once the client has its answer (bookkeeping runs after it): wait for the count.
+    deadline = time.monotonic() + 10
+    while served.requests_counted() < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     os.kill(victim, signal.SIGKILL)
 
     deadline = time.monotonic() + 60
