@@ -69,8 +69,8 @@ class ServerSettings:
 @dataclass(frozen=True, slots=True)
 class RetentionSettings:
     """How long the store keeps a session. A session idle past the limit is deleted with all
-    it holds (checkpoints, archived originals and their search index, events, usage, its
-    forks and rotations, leases); a client that comes back later is served as a new session:
+    it holds (checkpoints, archived originals and their search index, events, usage, charges,
+    shadow checks, its switch, its forks and rotations, leases); a client that comes back later is served as a new session:
     it sends its whole history again, which is compressed afresh."""
 
     session_idle_days: float = 30.0
@@ -78,8 +78,9 @@ class RetentionSettings:
     keeps every session forever. On by default: conversations can hold secrets, and a store
     without a limit only grows."""
     keep_daily_usage: bool = True
-    """Add a deleted session's usage into per-day, per-model totals first (table
-    `usage_daily`), so token accounting survives it."""
+    """Add a deleted session's usage, charges and shadow checks into per-day, per-model totals
+    first (tables `usage_daily`, `charges_daily`, `shadow_daily`), so token and money accounting
+    survives it."""
     interval_s: float = 3600.0
     """Seconds between sweeps. One process or replica sweeps at a time (a database lease);
     deletes run a few sessions per transaction, and SQLite gives the space back to the file
