@@ -467,7 +467,7 @@ class SessionStore:
 
     async def compression_off(self, keys: Sequence[SessionKey]) -> set[SessionKey]:
         """Those of `keys` (client session ids) whose compression is switched off."""
-        return await self._db.read(lambda conn: switches.compression_off(conn, keys))
+        return await self._db.lookup(lambda conn: switches.compression_off(conn, keys))
 
     async def set_compression(self, sk: SessionKey, off: bool) -> None:
         await self._db.write(lambda conn: switches.set_compression(conn, sk, off, self._clock()))

@@ -317,11 +317,18 @@ async def session_compression(
     """Stored with the session (its client's session id), so it holds for its later requests
     on every replica; a session not seen yet may be switched before its first request."""
     services = _services(request)
-    sk = SessionKey(scope, key)
+    record = await services.store.get_session(SessionKey(scope, key))
+    # Requests read the switch under the client's session id: a rotation's or a fork's key
+    # names the session it belongs to.
+    sk = record.root if record is not None else SessionKey(scope, key)
     await services.gateway.switches.set(sk, not body.enabled)
-    known = await services.store.get_session(sk) is not None
     return json_response(
-        {"scope": scope, "key": key, "compression": _switch(not body.enabled), "known": known}
+        {
+            "scope": scope,
+            "key": sk.key,
+            "compression": _switch(not body.enabled),
+            "known": record is not None,
+        }
     )
 
 

@@ -34,6 +34,7 @@ _BEFORE_NAME = r"(?<![A-Za-z0-9])"
 # What may stand between a name and its value, JSON-escaped quotes included (`password=\"x\"`).
 _ASSIGN = r"(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?"
 Replacement = str | Callable[[re.Match[str]], str]
+_WORD = re.compile(r"[A-Za-z0-9]+")
 
 
 class Redactor:
@@ -43,31 +44,33 @@ class Redactor:
     _KEPT = 4096
 
     def __init__(self) -> None:
+        # Each remembered word, lower case; a dict keeps them in the order they came, so
+        # the oldest go first once there are too many.
         self._seen: dict[str, None] = {}
         self._lock = threading.Lock()
-        self._copies: re.Pattern[str] | None = None
         self._rules: tuple[tuple[re.Pattern[str], Replacement], ...] = self._build_rules()
 
     def __call__(self, text: str) -> str:
         for pattern, replacement in self._rules:
             text = pattern.sub(replacement, text)
-        copies = self._copies
-        return copies.sub(_MASK, text) if copies is not None else text
+        # One look-up per word of the line: linear in the line, whatever was remembered.
+        return _WORD.sub(self._copy, text) if self._seen else text
+
+    def _copy(self, match: re.Match[str]) -> str:
+        word = match.group()
+        return _MASK if word.lower() in self._seen else word
 
     def remember(self, secret: str) -> None:
-        """Mask `secret`, and each of its words long or mixed enough to be its own, from now on."""
-        pieces = [secret.lower(), *(w.lower() for w in re.findall(r"[A-Za-z0-9]+", secret))]
-        fresh = [p for p in dict.fromkeys(pieces) if _distinctive(p) and p not in self._seen]
-        if not fresh:
+        """Mask each word of `secret` long or mixed enough to be its own, in any case, from now
+        on: the copies the search index makes are lower case and cut at punctuation."""
+        fresh = [w for w in _WORD.findall(secret.lower()) if _distinctive(w)]
+        if not fresh or all(w in self._seen for w in fresh):
             return
         with self._lock:
-            for piece in fresh:
-                self._seen[piece] = None
+            for word in fresh:
+                self._seen[word] = None
             while len(self._seen) > self._KEPT:
                 del self._seen[next(iter(self._seen))]
-            words = sorted(self._seen, key=len, reverse=True)
-            alternatives = "|".join(re.escape(w) for w in words)
-            self._copies = re.compile(rf"(?i)(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])")
 
     def _keep(self, group: int, mask: str = _MASK) -> Callable[[re.Match[str]], str]:
         """A replacement keeping the text before group `group`, remembering the group."""

@@ -51,7 +51,7 @@ class Switches:
         fresh = known is not None and self.clock() - known[1] < _KEPT_S
         if asked is not None:
             if not fresh or known is None or known[0] != asked:
-                await self.set(sk, asked)
+                await self._store_asked(sk, asked)
             return asked
         if fresh and known is not None:
             return known[0]
@@ -62,6 +62,15 @@ class Switches:
             return known[0] if known is not None else False
         self._remember(sk, off)
         return off
+
+    async def _store_asked(self, sk: SessionKey, off: bool) -> None:
+        """A header's switch: this request has it whatever the database says; a store that
+        fails keeps it to this process (and says so) rather than failing the request."""
+        try:
+            await self.set(sk, off)
+        except StorageError as exc:
+            log.warning("could not store session %s's compression switch: %s", sk.key, exc)
+            self._remember(sk, off)
 
     async def set(self, sk: SessionKey, off: bool) -> None:
         """Store the switch (and know it here at once)."""

@@ -70,8 +70,8 @@ class ServerSettings:
 class RetentionSettings:
     """How long the store keeps a session. A session idle past the limit is deleted with all
     it holds (checkpoints, archived originals and their search index, events, usage, charges,
-    shadow checks, its switch, its forks and rotations, leases); a client that comes back later is served as a new session:
-    it sends its whole history again, which is compressed afresh."""
+    shadow checks, its switch, its forks and rotations, leases); a client that comes back later
+    is served as a new session: it sends its whole history again, which is compressed afresh."""
 
     session_idle_days: float = 30.0
     """Days a session may go without a request before it is deleted (fractions allowed); `0`

@@ -12,6 +12,7 @@ from sqlalchemy import Boolean, Column, Connection, Double, String, Table, delet
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.database.db import upsert
+from storage.database.inline import Executor
 from storage.database.tables import metadata
 from storage.records import SessionKey
 
@@ -34,7 +35,7 @@ def _where(sk: SessionKey) -> object:
     return (session_switches.c.scope == sk.scope) & (session_switches.c.key == sk.key)
 
 
-async def compression_off(conn: AsyncConnection, keys: Sequence[SessionKey]) -> set[SessionKey]:
+async def compression_off(conn: Executor, keys: Sequence[SessionKey]) -> set[SessionKey]:
     """Those of `keys` whose compression is switched off."""
     if not keys:
         return set()

@@ -170,7 +170,8 @@ class ResponsesWatch:
         elif kind in FAILED:
             self.finished = True
             error = failure_error(data) or {}
-            self.failed = f"upstream {kind}: {error.get('code') or ''} {error.get('message') or ''}"
+            # The code only: the provider's message may quote the request, and this is logged.
+            self.failed = f"upstream {kind}: {error.get('code') or 'no code'}"
         return True
 
     def error_event(self, message: str) -> bytes:

@@ -23,6 +23,7 @@ import uvicorn
 from proxy.config_file import load_settings, worker_count
 from proxy.edge.app import create_app
 from proxy.edge.logs import configure_logging
+from session.config.display import mask_url
 from session.config.environment import origins
 from session.config.settings import Settings, UpstreamSettings
 
@@ -148,7 +149,7 @@ def loop_message(upstream: UpstreamSettings, where: Origins, host: str, port: in
     source = where.base.get(upstream.name) or "the provider's default URL"
     return (
         f"the upstream {upstream.name!r} is this ctxgate itself: its base URL "
-        f"{upstream.base_url} (from {source}) is the address ctxgate would listen on "
+        f"{mask_url(upstream.base_url)} (from {source}) is the address ctxgate would listen on "
         f"({host}:{port}), so every request would come back to it. Point {source} at the "
         f"provider (or unset it for the provider's public URL), or serve on another --port."
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -211,3 +212,60 @@ def test_the_switch_holds_across_replicas(sim: Simulator, db_path: str) -> None:
         b = Client(second, api, "switch/shared")
         assert b.send().status_code == 400
         assert [r.raw for r in sim.received] == [b.raw]
+
+
+def test_a_switch_the_database_cannot_store_still_holds_for_the_request(
+    sim: Simulator, db_path: str
+) -> None:
+    """The header's switch is this request's whatever the store says: a database that refuses
+    the write (here, its table gone) is logged, never the client's 500."""
+    import sqlite3
+
+    with ProxyServer(settings(sim, db_path)) as proxy:
+        with sqlite3.connect(db_path) as conn:
+            conn.execute("DROP TABLE session_switches")
+        client = Client(proxy, APIS[0], "switch/unstored")
+        off = client.send(**{SWITCH: "off"})
+        assert off.status_code == 400, off.text  # relayed verbatim: the provider's overflow
+        assert [r.raw for r in sim.received] == [client.raw]
+        assert off.headers["x-ctxgate-compression"] == "off"
+
+
+def test_the_admin_call_aimed_at_a_fork_switches_the_clients_session(
+    sim: Simulator, db_path: str
+) -> None:
+    """A fork's key (what the session list may show) names the client's session: the switch
+    lands where requests read it."""
+    api = APIS[0]
+    with ProxyServer(settings(sim, db_path)) as proxy:
+        client = Client(proxy, api, "switch/forked")
+        assert client.send().status_code == 200
+        # A rewind: the first user message edited, so the session gets a second lineage.
+        body = api.body()
+        body["messages"][0]["content"] = "An edited opening. " + body["messages"][0]["content"]
+        edited = httpx.post(
+            client.root + api.path,
+            content=orjson.dumps(body),
+            headers={"authorization": "Bearer sk-client", "x-session-id": client.session},
+            timeout=60,
+        )
+        assert edited.status_code == 200, edited.text
+        proxy.run(proxy.services.store.flush())
+        scope = scope_for("sk-client")
+        rows = httpx.get(client.root + "/admin/sessions?limit=500", headers=ADMIN).json()["data"]
+        forks = [
+            s["key"]
+            for s in rows
+            if s["key"].startswith(client.session) and s["key"] != client.session
+        ]
+        target = forks[0] if forks else client.session
+        answer = httpx.put(
+            f"{client.root}/admin/sessions/{scope}/{quote(target, safe='')}/compression",
+            json={"enabled": False},
+            headers=ADMIN,
+        )
+        assert answer.status_code == 200, (answer.text, forks, target)
+        assert answer.json()["key"] == client.session
+        sim.clear()
+        assert client.send().status_code == 400
+        assert [r.raw for r in sim.received] == [client.raw]
