@@ -120,10 +120,11 @@ def test_the_watch_reads_usage_finish_and_failures() -> None:
     failing = ResponsesWatch()
     error = {"code": "server_error", "message": "boom"}
     assert failing.inspect(event("response.failed", response={"status": "failed", "error": error}))
-    assert failing.finished and failing.failed is not None and "boom" in failing.failed
+    assert failing.finished and failing.failed == "upstream response.failed: server_error"
+    assert "boom" not in failing.failed  # the provider's message may quote the request
     errored = ResponsesWatch()
     errored.inspect(event("error", code="rate_limit_exceeded", message="slow down"))
-    assert errored.failed is not None and "slow down" in errored.failed
+    assert errored.failed == "upstream error: rate_limit_exceeded"
 
 
 def test_the_watch_reports_ctxgate_failures_as_an_error_event() -> None:
