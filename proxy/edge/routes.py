@@ -32,6 +32,9 @@ from storage import SessionKey, StorageError
 
 router = APIRouter()
 
+# The APIs whose provider answers `GET /models` in OpenAI's `{"data": [...]}` shape.
+MODEL_LIST_APIS = ("chat", "responses")
+
 
 def services_of(request: Request) -> Services:
     services: Services = request.app.state.services
@@ -116,20 +119,26 @@ async def root_probe() -> Response:
 @router.get("/v1/models")
 @router.get("/models", include_in_schema=False)
 async def list_models(request: Request) -> Response:
-    """The upstreams' model lists merged (first upstream wins on duplicate ids), with the
-    models the config names. An upstream that fails is named in `x-ctxgate-error`; when every
-    one fails, the answer is a 502, not an empty list that looks like a working provider."""
+    """The model lists of the upstreams that serve OpenAI's APIs (the only ones whose `/models`
+    answers in this shape) merged with the models the config names; on a duplicate id the first
+    upstream's entry wins. An upstream that fails is named in `x-ctxgate-error`; when nothing at
+    all can be listed the answer is a 502, not an empty list that looks like a working provider."""
     services = services_of(request)
     services.auth.client_credential(request.headers)
     forward = services.auth.forwardable(request.headers)
+    listed = {
+        name: up
+        for name, up in services.upstreams.items()
+        if any(api in MODEL_LIST_APIS for api in up.settings.apis)
+    }
     calls = [
         up.call("GET", "/models", None, upstream_request_headers(forward.items(), up.settings))
-        for up in services.upstreams.values()
+        for up in listed.values()
     ]
     answers = await asyncio.gather(*calls, return_exceptions=True)
     merged: dict[str, Any] = {}
     failed: list[str] = []
-    for name, answer in zip(services.upstreams, answers, strict=True):
+    for name, answer in zip(listed, answers, strict=True):
         data = _model_list(answer)
         if data is None:
             failed.append(f"{name} ({_failure(answer)})")
@@ -137,16 +146,18 @@ async def list_models(request: Request) -> Response:
         for model in data:
             if isinstance(model, dict) and isinstance(model.get("id"), str):
                 merged.setdefault(model["id"], model)
-    if failed and len(failed) == len(answers):
-        raise UpstreamUnavailable(
-            f"No upstream answered its model list: {', '.join(failed)}.", code="models_unavailable"
-        )
     for rule in services.settings.models:
         if not any(ch in rule.match for ch in "*?["):
             merged.setdefault(
                 rule.match,
                 {"id": rule.match, "object": "model", "created": 0, "owned_by": rule.upstream},
             )
+    if not merged and len(failed) == len(answers):
+        reasons = ", ".join(failed) or "no upstream serves the chat or responses API"
+        raise UpstreamUnavailable(
+            f"No upstream answered its model list and the config names no model: {reasons}.",
+            code="models_unavailable",
+        )
     headers = {"x-ctxgate-error": f"model list failed: {', '.join(failed)}"[:200]} if failed else {}
     return JSONResponse({"object": "list", "data": list(merged.values())}, headers=headers)
 

@@ -110,25 +110,73 @@ class Origins:
         )
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def reaches(target: str, host: str, hostname: str) -> bool:
     """Whether a URL naming host `target` reaches a server listening on `host` on this
-    machine (whose name is `hostname`)."""
-    target = target.lower()
-    if target == host.lower():
-        return True
-    local = _is_loopback(target) or target in WILDCARDS
+    machine (whose name is `hostname`): `target` resolves to an address the server listens
+    on, or to any address of this machine when the server listens on every one. Any spelling
+    of an address counts (`127.1`, `0x7f000001`, `localhost.`, `::ffff:127.0.0.1`, the
+    machine's own LAN address): the loop is the same whichever way the URL writes it."""
+    listening = _listen_addresses(host)
+    everywhere = any(address.is_unspecified for address in listening)
+    if everywhere and target.lower().rstrip(".") == hostname.lower():
+        return True  # the machine's own name, even where it does not resolve
+    return any(
+        address in listening or (everywhere and _is_this_machine(address))
+        for address in map(_connected_to, _addresses(target))
+    )
+
+
+def _listen_addresses(host: str) -> set[Address]:
     if host in WILDCARDS:
-        return local or target == hostname.lower()
-    return local and _is_loopback(host)
+        return {ipaddress.IPv4Address(0), ipaddress.IPv6Address(0)}
+    return _addresses(host)
+
+
+def _addresses(name: str) -> set[Address]:
+    """What `name` resolves to on this machine, IPv4-mapped IPv6 unwrapped; none when it does
+    not resolve (a name this machine cannot resolve is not this machine)."""
+    name = name.strip("[]").rstrip(".")
+    found: set[Address] = set()
+    if name.lower() in LOOPBACK_NAMES:
+        found |= {ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1")}
+    if not name:
+        return found
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return found
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+        found.add(mapped or address)
+    return found
+
+
+def _connected_to(address: Address) -> Address:
+    """The address a connection to `address` lands on: the kernel sends one to the unspecified
+    address to loopback."""
+    if not address.is_unspecified:
+        return address
+    if address.version == 4:
+        return ipaddress.IPv4Address("127.0.0.1")
+    return ipaddress.IPv6Address("::1")
+
+
+def _is_this_machine(address: Address) -> bool:
+    """Loopback, or an address one of this machine's interfaces holds (a socket can be bound
+    to it)."""
+    if address.is_loopback or address.is_unspecified:
+        return True
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((str(address), 0))
+    except OSError:
+        return False
+    return True
 
 
 def self_pointing(settings: Settings, host: str, port: int, hostname: str) -> list[str]:

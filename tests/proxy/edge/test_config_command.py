@@ -191,6 +191,67 @@ def test_show_masks_every_secret(tmp_path: Path) -> None:
     assert document["auth"] == {"keys": ["****cdef"], "admin_key": "****cdef"}
 
 
+# Credentials in the other places a config can hold them: headers named otherwise than
+# `Authorization`, URL query parameters, the options of an engine named by import string.
+HIDDEN = """
+upstreams:
+  a:
+    base_url: "https://gen.example/v1beta?key=AIzaSyA-0123456789abcdefgh&alt=sse"
+    apis: [gemini]
+    headers:
+      Helicone-Auth: "Bearer sk-helicone-0123456789abcdef"
+      x-auth: supersecretvalue
+      X-Amz-Security-Token: amz-session-token-value
+      OpenAI-Organization: org-visible
+models: [{match: "*", upstream: a}]
+storage:
+  url: "postgresql+asyncpg://ctx@db.internal/ctx?password=hunter2pw&ssl=require"
+compression:
+  engine: "tests.compression.test_registry:CustomEngine"
+  options:
+    level: 3
+    max_tokens: 900
+    api_key: sk-engine-0123456789abcdef
+    upstream: {clientSecret: engine-client-secret, sig: engine-signature, region: eu}
+"""
+
+
+def test_show_masks_credentials_under_secret_names_wherever_they_sit(tmp_path: Path) -> None:
+    path = tmp_path / "ctxgate.yaml"
+    path.write_text(HIDDEN)
+    out = io.StringIO()
+    assert show_file(str(path), {}, out) == 0
+    text, document = out.getvalue(), yaml.safe_load(out.getvalue())
+    for secret in (
+        "AIzaSyA-0123456789",
+        "sk-helicone-0123456789",
+        "supersecretvalue",
+        "amz-session-token",
+        "hunter2pw",
+        "sk-engine-0123456789",
+        "engine-client-secret",
+        "engine-signature",
+    ):
+        assert secret not in text
+    upstream = document["upstreams"]["a"]
+    assert upstream["base_url"] == "https://gen.example/v1beta?key=****&alt=sse"
+    assert upstream["headers"] == {
+        "Helicone-Auth": "****cdef",
+        "x-auth": "****",
+        "X-Amz-Security-Token": "****alue",
+        "OpenAI-Organization": "org-visible",
+    }
+    assert document["storage"]["url"] == (
+        "postgresql+asyncpg://ctx@db.internal/ctx?password=****&ssl=require"
+    )
+    assert document["compression"]["options"] == {
+        "level": 3,
+        "max_tokens": 900,
+        "api_key": "****",
+        "upstream": {"clientSecret": "****", "sig": "****", "region": "eu"},
+    }
+
+
 def test_show_prints_the_settings_in_effect_in_the_files_layout(tmp_path: Path) -> None:
     _, document = shown(tmp_path)
     assert document["upstreams"]["a"]["base_url"] == "https://llm.internal/v1"  # env applied
@@ -202,7 +263,7 @@ def test_show_prints_the_settings_in_effect_in_the_files_layout(tmp_path: Path) 
     original = parse_settings(yaml.safe_load(SECRETS), ENVIRON)
     again = parse_settings(document, {})
     assert again.server == original.server
-    # `options` as written differs (now every option is written); what they set does not.
+    # `options` as written differs (show writes every option); what they set does not.
     assert replace(again.compression, options={}) == replace(original.compression, options={})
     assert again.models == original.models
     assert again.prices == original.prices

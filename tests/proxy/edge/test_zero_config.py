@@ -5,7 +5,9 @@ lines say where each API goes and whose credential travels."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -219,20 +221,54 @@ def test_serve_refuses_a_base_url_that_points_at_itself(tmp_path: Path) -> None:
     [
         ("127.0.0.1", "127.0.0.1", True),
         ("localhost", "127.0.0.1", True),
-        ("::1", "127.0.0.1", True),
         ("0.0.0.0", "127.0.0.1", True),
-        ("127.0.0.2", "localhost", True),
+        ("127.0.0.2", "0.0.0.0", True),
         ("localhost", "0.0.0.0", True),
         ("devbox", "0.0.0.0", True),  # the machine's own name
         ("DEVBOX", "::", True),
         ("10.1.2.3", "10.1.2.3", True),
+        # other spellings of loopback
+        ("localhost.", "127.0.0.1", True),
+        ("LocalHost", "127.0.0.1", True),
+        ("127.1", "127.0.0.1", True),
+        ("0x7f000001", "127.0.0.1", True),
+        ("2130706433", "localhost", True),
+        ("::ffff:127.0.0.1", "127.0.0.1", True),
+        ("::ffff:7f00:1", "0.0.0.0", True),
+        ("0", "127.0.0.1", True),
         ("api.openai.com", "0.0.0.0", False),
+        ("no-such-host.invalid", "0.0.0.0", False),
+        ("203.0.113.7", "0.0.0.0", False),  # an address no interface of this machine holds
         ("localhost", "10.1.2.3", False),  # ctxgate is not on loopback: something else is
         ("devbox", "127.0.0.1", False),  # the name may resolve to another interface
+        ("127.0.0.2", "127.0.0.1", False),  # a server on 127.0.0.1 alone is not there
+        ("::1", "127.0.0.1", False),
     ],
 )
 def test_which_hosts_reach_the_server_itself(target: str, host: str, expected: bool) -> None:
     assert reaches(target, host, "devbox") is expected
+
+
+def own_lan_address() -> str:
+    """The address this machine sends from on its default route (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("203.0.113.7", 9))
+        except OSError:
+            pytest.skip("this machine has no route off loopback")
+        address = str(probe.getsockname()[0])
+    if ipaddress.ip_address(address).is_loopback:
+        pytest.skip("this machine has no address off loopback")
+    return address
+
+
+def test_the_machines_own_lan_address_reaches_a_server_on_every_address() -> None:
+    lan = own_lan_address()
+    assert reaches(lan, "0.0.0.0", "devbox")
+    assert reaches(lan, "::", "devbox")
+    assert reaches(f"::ffff:{lan}", "0.0.0.0", "devbox")
+    assert reaches(lan, lan, "devbox")
+    assert not reaches(lan, "127.0.0.1", "devbox")
 
 
 def test_only_the_same_port_is_refused() -> None:
@@ -248,5 +284,9 @@ def test_only_the_same_port_is_refused() -> None:
     assert self_pointing(settings, "127.0.0.1", 8401, "devbox") == ["anthropic"]
     assert self_pointing(settings, "127.0.0.1", 80, "devbox") == ["gemini"]
     assert self_pointing(settings, "127.0.0.1", 9000, "devbox") == []
+    disguised = parse_settings(
+        zero_config_document({"OPENAI_BASE_URL": "http://127.1:8400/v1"}), {}
+    )
+    assert self_pointing(disguised, "0.0.0.0", 8400, "devbox") == ["openai"]
     https = parse_settings(zero_config_document({}), {})  # the providers' public URLs
     assert self_pointing(https, "0.0.0.0", 443, "devbox") == []
