@@ -7,7 +7,8 @@ import sys
 import time
 from typing import TextIO
 
-WIDTH = 24
+from proxy.edge.replay.progress import bar_line
+
 MIN_INTERVAL_S = 0.2
 
 
@@ -31,12 +32,8 @@ class Progress:
         if not (self.enabled and self.tty) or (now - self._last < MIN_INTERVAL_S and turn < turns):
             return
         self._last = now
-        filled = WIDTH * turn // max(turns, 1)
-        bar = "#" * filled + "-" * (WIDTH - filled)
-        self.stream.write(
-            f"\r[eval {self.done + 1}/{self.replays}] {self.label:<28} [{bar}] "
-            f"{turn}/{turns} turns  {self._elapsed()}\x1b[K"
-        )
+        head = f"eval {self.done + 1}/{self.replays}"
+        self.stream.write(bar_line(head, self.label, turn, turns, "turns", self._elapsed()))
         self.stream.flush()
 
     def finish_replay(self, note: str = "") -> None:

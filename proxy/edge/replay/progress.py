@@ -9,6 +9,13 @@ WIDTH = 24
 MIN_INTERVAL_S = 0.1
 
 
+def bar_line(head: str, label: str, step: int, steps: int, unit: str, elapsed: str) -> str:
+    """`[head] label [####----] step/steps unit  elapsed`, rewriting the terminal's line."""
+    filled = WIDTH * step // max(steps, 1)
+    bar = "#" * filled + "-" * (WIDTH - filled)
+    return f"\r[{head}] {label:<28} [{bar}] {step}/{steps} {unit}  {elapsed}\x1b[K"
+
+
 class ProgressBar:
     def __init__(self, stream: TextIO, sessions: int) -> None:
         self.stream = stream
@@ -26,12 +33,9 @@ class ProgressBar:
         if now - self._last < MIN_INTERVAL_S and request < requests:
             return
         self._last = now
-        filled = WIDTH * request // max(requests, 1)
-        bar = "#" * filled + "-" * (WIDTH - filled)
-        self.stream.write(
-            f"\r[replay {self.done}/{self.sessions}] {name[:28]:<28} [{bar}] "
-            f"{request}/{requests} requests  {now - self.started:.0f}s\x1b[K"
-        )
+        head = f"replay {self.done}/{self.sessions}"
+        elapsed = f"{now - self.started:.0f}s"
+        self.stream.write(bar_line(head, name[:28], request, requests, "requests", elapsed))
         self.stream.flush()
 
     def close(self) -> None:
