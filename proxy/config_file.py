@@ -45,12 +45,15 @@ def _server(r: Reader) -> ServerSettings:
         host=r.get("host", str, d.host),
         port=r.positive("port", int, d.port),
         max_body_bytes=r.positive("max_body_bytes", int, d.max_body_bytes),
+        max_messages=r.get("max_messages", int, d.max_messages),
         held_request_bytes=r.positive("held_request_bytes", int, d.held_request_bytes),
         body_timeout_s=r.positive("body_timeout_s", float, d.body_timeout_s),
         parsed_request_bytes=r.get("parsed_request_bytes", int, d.parsed_request_bytes),
         upstream_client=r.get("upstream_client", str, d.upstream_client),
         workers=worker_count(r.get("workers", (int, str), d.workers), r._key("workers")),
     )
+    if out.max_messages < 0:
+        raise SettingsError(f"{r._key('max_messages')}: must be 0 (no cap) or more")
     if out.parsed_request_bytes < 0:
         raise SettingsError(f"{r._key('parsed_request_bytes')}: must be 0 or more")
     if out.upstream_client not in ("aiohttp", "httpx"):

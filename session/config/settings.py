@@ -35,6 +35,12 @@ class ServerSettings:
     """TCP port (`--port` overrides it)."""
     max_body_bytes: int = 32 * 1024 * 1024
     """Largest chat request body accepted, in bytes; a larger one is refused with 413."""
+    max_messages: int = 250_000
+    """Most messages (or Gemini contents) one request may hold; a request with more is
+    refused with 413 in its API's own error envelope, before any session work. 0 turns the
+    cap off. It is a refusal, unlike `compression.hygiene_max_messages` (5,000 by default),
+    the count past which a request is compressed before it is forwarded: keep this cap above
+    that one, or requests between the two are refused where they could be compressed."""
     held_request_bytes: int = 128 * 1024 * 1024
     """Bytes of request bodies this process holds (each session's latest, least recently used
     dropped first) so the manual compression API can compress them at once; a session whose
