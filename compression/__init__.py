@@ -52,8 +52,13 @@ from compression.messages.types import (
 from compression.options import FAILURE_CLASSES, CompressorOptions
 from compression.passthrough import PassthroughEngine
 from compression.registry import ENGINES, engine_limits, load_engine
-from compression.state import EngineState, blocked_reason, record_real_usage
-from compression.summary.failures import ABORT_CLASSES, SummaryFailure, classify_error
+from compression.state import EngineState, blocked_reason, record_real_usage, with_failure
+from compression.summary.failures import (
+    ABORT_CLASSES,
+    SummaryFailure,
+    classify_error,
+    cooldown_seconds,
+)
 from compression.summary.handles import RECALL_TOOL, handle, parse_handles, with_handles
 from compression.summary.handoff import handoff_text, parse_handoff, view_summaries
 from compression.summary.prompts import USER_CLOSE, USER_OPEN
@@ -107,6 +112,7 @@ __all__ = [
     "check_invariants",
     "classify_error",
     "content_text",
+    "cooldown_seconds",
     "counter_for_model",
     "effective_window",
     "engine_limits",
@@ -123,5 +129,6 @@ __all__ = [
     "sanitize_tool_pairs",
     "system_end",
     "view_summaries",
+    "with_failure",
     "with_handles",
 ]

@@ -50,6 +50,8 @@ def _server(r: Reader) -> ServerSettings:
         body_timeout_s=r.positive("body_timeout_s", float, d.body_timeout_s),
         parsed_request_bytes=r.get("parsed_request_bytes", int, d.parsed_request_bytes),
         upstream_client=r.get("upstream_client", str, d.upstream_client),
+        pool_processes=_pool_processes(r.get("pool_processes", (int, str), "auto"), r),
+        pool_timeout_s=r.positive("pool_timeout_s", float, d.pool_timeout_s),
         workers=worker_count(r.get("workers", (int, str), d.workers), r._key("workers")),
     )
     if out.max_messages < 0:
@@ -62,6 +64,14 @@ def _server(r: Reader) -> ServerSettings:
         )
     r.done()
     return out
+
+
+def _pool_processes(value: int | str, r: Reader) -> int | None:
+    if value == "auto":
+        return None
+    if isinstance(value, str) or value < 0:
+        raise SettingsError(f"{r._key('pool_processes')}: must be auto or an integer >= 0")
+    return value
 
 
 def worker_count(value: int | str, key: str = "server.workers") -> int:

@@ -5,7 +5,8 @@ recovery, the manual API) goes through `Compactor.compress`, which:
   1. takes the session lock (in-process + database lease); on timeout the request goes on
      uncompressed;
   2. looks again for a checkpoint another path may have committed while it waited;
-  3. runs the engine on the view (never on the client's raw list);
+  3. runs the engine on the view (never on the client's raw list); the built-in engine's
+     passes run in the process pool (`pool.py`) when the server has one;
   4. commits checkpoint + archive + event + engine state in one transaction.
 Database errors never lose the request: the compressed view is still used for this request.
 """
@@ -22,6 +23,7 @@ from typing import Any, cast
 from compression import (
     CompressionContext,
     CompressionResult,
+    Compressor,
     ContextEngine,
     Message,
     Summarizer,
@@ -29,6 +31,7 @@ from compression import (
     Trigger,
     with_handles,
 )
+from session.pool import EnginePool
 from session.provenance import (
     Replacement,
     Sources,
@@ -117,6 +120,7 @@ class Compactor:
         handles: bool = True,
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, str, int, int], None] | None = None,
+        pool: EnginePool | None = None,
     ) -> None:
         self.store = store
         self.locks = locks
@@ -128,6 +132,8 @@ class Compactor:
         # (trigger, outcome, tokens before, tokens after) of every engine pass, whatever
         # started it: arrival, background, overflow or manual.
         self.observe = observe or (lambda *_: None)
+        # Where the built-in engine's passes run: worker processes, off the event loop.
+        self.pool = pool
 
     async def apply_checkpoint(self, turn: Turn) -> Turn:
         """The turn using the newest checkpoint matching the client's prefix, if one is newer
@@ -194,7 +200,7 @@ class Compactor:
                 due=True,
             )
             started = time.perf_counter()
-            result = await self.engine.compress(turn.view, ctx)
+            result = await self._run(turn.view, ctx)
             duration_ms = (time.perf_counter() - started) * 1000
             if result.outcome != "skipped":
                 self.observe(trigger, result.outcome, result.tokens_before, result.tokens_after)
@@ -230,6 +236,11 @@ class Compactor:
                 notes=(*turn.notes, note),
             )
             return Applied(True, result.outcome, result.error, done)
+
+    async def _run(self, view: list[Message], ctx: CompressionContext) -> CompressionResult:
+        if self.pool is not None and isinstance(self.engine, Compressor):
+            return await self.pool.compress(self.engine, view, ctx)
+        return await self.engine.compress(view, ctx)
 
     async def _commit(
         self,

@@ -26,6 +26,7 @@ from session.ledger.shadow import Shadow
 from session.memory import Sessions
 from session.metrics import Metrics
 from session.models import Models
+from session.pool import EnginePool, pool_size
 from session.pressure import measure
 from session.recall import Recaller
 from storage import RetentionPolicy, SessionLocks, SessionStore, Sweeper
@@ -56,6 +57,7 @@ class Services:
     owns_http: bool
     owns_store: bool
     sweeper: Sweeper | None = None  # the retention sweep's task, when retention is on
+    pool: EnginePool | None = None  # compression passes off the loop, when the server has one
 
     async def close(self) -> None:
         if self.sweeper is not None:
@@ -69,6 +71,8 @@ class Services:
             await self.store.flush()  # its owner closes it; what this app queued is written
         if self.owns_http:
             await self.http.aclose()
+        if self.pool is not None:
+            self.pool.close()
 
 
 async def start_services(
@@ -90,6 +94,7 @@ async def start_services(
     locks = SessionLocks(store, ttl_s=settings.storage.lease_ttl_s)
     await locks.release_dead_holders()  # a restart takes its crashed predecessor's leases back
     metrics = Metrics()
+    pool = start_pool(settings)
     compactor = Compactor(
         store=store,
         locks=locks,
@@ -99,6 +104,7 @@ async def start_services(
         handles=settings.compression.recall.enabled,
         clock=clock,
         observe=metrics.compression,
+        pool=pool,
     )
     models = Models(settings, store, engine, await store.get_model_windows())
     sessions = Sessions(store, clock, settings.server.held_request_bytes)
@@ -137,7 +143,19 @@ async def start_services(
         owns_http=http_transport is None,
         owns_store=owns_store,
         sweeper=sweeper,
+        pool=pool,
     )
+
+
+def start_pool(settings: Settings) -> EnginePool | None:
+    """The compression pool of this server process (None when `server.pool_processes` is 0)."""
+    server = settings.server
+    size = pool_size(server.pool_processes, server.workers)
+    if size <= 0:
+        return None
+    pool = EnginePool(size, server.pool_timeout_s)
+    pool.start()
+    return pool
 
 
 def retention_sweeper(settings: Settings, store: SessionStore, owner: str) -> Sweeper | None:

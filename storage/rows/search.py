@@ -12,6 +12,7 @@ grows, however common the query's words.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -181,7 +182,10 @@ async def index(conn: Executor, rows: Sequence[tuple[int, Message]]) -> None:
     """Index newly archived rows: (archived_messages.id, message)."""
     if rows:
         dialect = conn.dialect.name
-        await conn.execute(_insert(dialect), _index_rows(dialect, rows))
+        # Reading a large archive's terms takes seconds of CPU: in a thread, the event loop
+        # gets its turn every switch interval instead of waiting for all of it.
+        values = await asyncio.to_thread(_index_rows, dialect, rows)
+        await conn.execute(_insert(dialect), values)
 
 
 async def search(
