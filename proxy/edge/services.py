@@ -107,6 +107,7 @@ async def start_services(
         pool=pool,
     )
     models = Models(settings, store, engine, await store.get_model_windows())
+    models.warm()
     sessions = Sessions(store, clock, settings.server.held_request_bytes)
     ledger = Ledger(settings, store, metrics.charged, clock)
     conversations = Conversations(
