@@ -41,20 +41,6 @@ class Models:
         self._limits: dict[tuple[int, int | None], Limits] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    def warm(self) -> None:
-        """Load the configured models' encodings in a thread: built on the first request, one
-        takes a second or more of the event loop."""
-        names = {rule.encoding for rule in self.settings.models}
-        directory = self.settings.tokens.encodings_dir
-
-        def load() -> None:
-            for name in names:  # None: the encoding an unknown model name gets
-                counter_for_model("", encoding=name, encodings_dir=directory)
-
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(load))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def counter(self, rule: ModelRule, model: str) -> TokenCounter:
         return counter_for_model(
             model, encoding=rule.encoding, encodings_dir=self.settings.tokens.encodings_dir

@@ -49,6 +49,7 @@ from compression import (
     SummaryCall,
     SummaryCallError,
     SummaryReply,
+    TokenCounter,
     cooldown_seconds,
     with_failure,
 )
@@ -115,8 +116,13 @@ class _Worker:
 class EnginePool:
     """`size` worker processes (0: every pass runs on the caller's loop)."""
 
-    def __init__(self, size: int, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, size: int, timeout_s: float = 60.0, warm: Sequence[TokenCounter] = ()
+    ) -> None:
         self.size = size
+        # Counters each worker builds as it starts (pickled as their recipes): an encoding
+        # takes a second or more to load, which the first large pass would otherwise wait for.
+        self.warm = tuple(warm)
         self.timeout_s = timeout_s
         self._workers: list[_Worker] = []
         self._jobs: dict[int, _Job] = {}
@@ -143,7 +149,12 @@ class EnginePool:
 
     def _spawn(self) -> _Worker:
         assert self._loop is not None
-        return _Worker(self._context, self._loop, self)
+        worker = _Worker(self._context, self._loop, self)
+        try:
+            worker.send(pickle.dumps(("warm", 0, self.warm), protocol=pickle.HIGHEST_PROTOCOL))
+        except (pickle.PicklingError, TypeError, AttributeError):
+            pass  # a counter without a recipe: built by the first pass instead
+        return worker
 
     def close(self) -> None:
         self._closing = True
@@ -323,6 +334,8 @@ class _Service:
         tasks: set[asyncio.Task[None]] = set()
         while (data := await inbox.get()) is not None:
             message = pickle.loads(data)
+            if message[0] == "warm":
+                continue  # unpickling built the counters; nothing else to do
             if message[0] == "job":
                 task = loop.create_task(self.job(*message[1:]))
                 tasks.add(task)

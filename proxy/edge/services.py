@@ -6,13 +6,14 @@ importing the app that mounts them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
-from compression import ContextEngine
+from compression import ContextEngine, TokenCounter, counter_for_model
 from proxy.doors.registry import summary_door
 from proxy.gateway.auth import Authenticator
 from proxy.gateway.gateway import Gateway
@@ -94,7 +95,7 @@ async def start_services(
     locks = SessionLocks(store, ttl_s=settings.storage.lease_ttl_s)
     await locks.release_dead_holders()  # a restart takes its crashed predecessor's leases back
     metrics = Metrics()
-    pool = start_pool(settings)
+    pool = start_pool(settings, await asyncio.to_thread(_counters, settings))
     compactor = Compactor(
         store=store,
         locks=locks,
@@ -107,7 +108,6 @@ async def start_services(
         pool=pool,
     )
     models = Models(settings, store, engine, await store.get_model_windows())
-    models.warm()
     sessions = Sessions(store, clock, settings.server.held_request_bytes)
     ledger = Ledger(settings, store, metrics.charged, clock)
     conversations = Conversations(
@@ -148,13 +148,21 @@ async def start_services(
     )
 
 
-def start_pool(settings: Settings) -> EnginePool | None:
-    """The compression pool of this server process (None when `server.pool_processes` is 0)."""
+def _counters(settings: Settings) -> list[TokenCounter]:
+    """The counters of the configured models (loading an encoding takes a second or more)."""
+    directory = settings.tokens.encodings_dir
+    names = {rule.encoding for rule in settings.models}
+    return [counter_for_model("", encoding=name, encodings_dir=directory) for name in names]
+
+
+def start_pool(settings: Settings, warm: list[TokenCounter]) -> EnginePool | None:
+    """The compression pool of this server process (None when `server.pool_processes` is 0),
+    its workers starting with the counters in `warm` built."""
     server = settings.server
     size = pool_size(server.pool_processes, server.workers)
     if size <= 0:
         return None
-    pool = EnginePool(size, server.pool_timeout_s)
+    pool = EnginePool(size, server.pool_timeout_s, warm)
     pool.start()
     return pool
 
