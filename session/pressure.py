@@ -1,4 +1,4 @@
-"""How full a request's view is (pure).
+"""How full a request's view is (pure; `measured` counts a large body in a thread).
 
 The anchor is the real `prompt_tokens` the upstream reported for the session's previous view;
 the figure for a new request is that anchor plus an estimate of what was appended since. Only
@@ -7,6 +7,7 @@ when there is no usable anchor is the whole view estimated (per-message counts a
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from compression import Calibration, Limits, TokenCounter
@@ -14,6 +15,10 @@ from session.ports.frontdoor import IMAGE_MARK
 from session.turn import Turn
 
 IMAGE_TOKENS = 765
+# A body past this many bytes is counted in a thread: tiktoken lets go of the GIL while it
+# encodes and the rest yields it every switch interval, so other sessions' requests are not
+# held up for the whole count (about a second for 3 MB). A smaller one costs less than the hop.
+LARGE_BODY_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,13 @@ def surely_small(turn: Turn, limits: Limits) -> bool:
     if turn.view is not turn.request.messages:
         return False
     return upper_bound(turn) < min(limits.threshold, limits.hygiene_tokens)
+
+
+async def measured(turn: Turn, counter: TokenCounter, calibration: Calibration) -> Pressure:
+    """`measure`, in a thread for a large body."""
+    if len(turn.request.raw) > LARGE_BODY_BYTES:
+        return await asyncio.to_thread(measure, turn, counter, calibration)
+    return measure(turn, counter, calibration)
 
 
 def measure(turn: Turn, counter: TokenCounter, calibration: Calibration) -> Pressure:
