@@ -33,10 +33,10 @@ import os
 import pickle
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from compression import (
     CompressionContext,
@@ -56,6 +56,7 @@ from compression import (
 
 log = logging.getLogger("ctxgate.pool")
 
+T = TypeVar("T")
 POLL_S = 0.25  # how often a waiting pass checks its own deadline
 
 
@@ -73,7 +74,7 @@ def pool_size(setting: int | None, workers: int, cores: int | None = None) -> in
 class _Job:
     view: Sequence[Message]
     summarize: Summarizer | None
-    done: asyncio.Future[CompressionResult]
+    done: asyncio.Future[Any]
     started: float = field(default_factory=time.perf_counter)
     waited_s: float = 0.0  # time spent in summary calls: not the pass's own work
     summarizing: int = 0
@@ -187,6 +188,32 @@ class EnginePool:
             self._jobs.pop(job_id, None)
             worker.jobs.discard(job_id)
 
+    async def call(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` in a worker (a module-level function: it is pickled by name), or
+        in a thread when the pool has no worker or the worker fails it."""
+        if not self._workers:
+            return await asyncio.to_thread(function, *args)
+        assert self._loop is not None
+        job_id = next(self._ids)
+        data = pickle.dumps(("call", job_id, function, args), protocol=pickle.HIGHEST_PROTOCOL)
+        job = _Job((), None, self._loop.create_future())
+        worker = min(self._workers, key=lambda w: len(w.jobs))
+        self._jobs[job_id] = job
+        worker.jobs.add(job_id)
+        try:
+            await asyncio.to_thread(worker.send, data)
+            done = await asyncio.wait_for(job.done, self.timeout_s)
+        except (OSError, TimeoutError) as error:
+            log.warning("a pool call failed (%s); running it in a thread", error)
+            return await asyncio.to_thread(function, *args)
+        finally:
+            self._jobs.pop(job_id, None)
+            worker.jobs.discard(job_id)
+        if isinstance(done, CompressionResult) and done.failure_class == "pool":
+            log.warning("a pool call failed (%s); running it in a thread", done.error)
+            return await asyncio.to_thread(function, *args)
+        return cast(T, done)
+
     async def _outcome(
         self,
         job_id: int,
@@ -209,7 +236,7 @@ class EnginePool:
                 return failed_pass(engine, job.view, ctx, "timeout", why)
             done, _ = await asyncio.wait({job.done}, timeout=min(max(left, 0.01), POLL_S))
             if done:
-                result = job.done.result()
+                result: CompressionResult = job.done.result()
                 if result.failure_class == "pool":
                     self.failed += 1
                     return failed_pass(engine, job.view, ctx, "other", result.error or "")
@@ -232,7 +259,9 @@ class EnginePool:
             assert self._loop is not None
             self._loop.create_task(self._summarize(worker, job, job_id, message[2], message[3]))
         elif job is not None and not job.done.done():
-            if kind == "done":
+            if kind == "value":
+                job.done.set_result(message[2])
+            elif kind == "done":
                 result, encoded = message[2], message[3]
                 messages = [job.view[m] if isinstance(m, int) else m for m in encoded]
                 job.done.set_result(replace(result, messages=messages))
@@ -336,6 +365,9 @@ class _Service:
             message = pickle.loads(data)
             if message[0] == "warm":
                 continue  # unpickling built the counters; nothing else to do
+            if message[0] == "call":
+                self.call(*message[1:])
+                continue
             if message[0] == "job":
                 task = loop.create_task(self.job(*message[1:]))
                 tasks.add(task)
@@ -347,6 +379,14 @@ class _Service:
 
     def send(self, message: tuple[Any, ...]) -> None:
         self.conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def call(self, job_id: int, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            value = function(*args)
+        except Exception as error:  # reported, never a dead worker
+            self.send(("failed", job_id, f"{type(error).__name__}: {error}"))
+            return
+        self.send(("value", job_id, value))
 
     async def job(
         self,

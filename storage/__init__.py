@@ -27,6 +27,7 @@ from storage.records import (
     UsageRecord,
 )
 from storage.rows.retention import DailyUsage
+from storage.rows.search import read_terms_with
 from storage.rows.terms import Terms, search_terms
 from storage.store import SessionStore
 from storage.sweeper import RetentionPolicy, Sweeper, SweepReport, daily_usage
@@ -62,6 +63,7 @@ __all__ = [
     "UsagePoint",
     "UsageRecord",
     "daily_usage",
+    "read_terms_with",
     "search_terms",
     "wait_budget",
 ]

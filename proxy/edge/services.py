@@ -30,7 +30,7 @@ from session.models import Models
 from session.pool import EnginePool, pool_size
 from session.pressure import measure
 from session.recall import Recaller
-from storage import RetentionPolicy, SessionLocks, SessionStore, Sweeper
+from storage import RetentionPolicy, SessionLocks, SessionStore, Sweeper, read_terms_with
 
 
 def build_engine(settings: Settings) -> ContextEngine:
@@ -73,6 +73,7 @@ class Services:
         if self.owns_http:
             await self.http.aclose()
         if self.pool is not None:
+            read_terms_with(None)
             self.pool.close()
 
 
@@ -164,6 +165,7 @@ def start_pool(settings: Settings, warm: list[TokenCounter]) -> EnginePool | Non
         return None
     pool = EnginePool(size, server.pool_timeout_s, warm)
     pool.start()
+    read_terms_with(pool.call)  # the search terms of what a compression archives
     return pool
 
 

@@ -3,6 +3,7 @@ dies mid-pass (kill -9) answered like a failed summary, the conversation going o
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -106,3 +107,16 @@ def test_the_size_is_shared_out_over_the_workers() -> None:
     assert pool_size(0, workers=1, cores=8) == 0
     assert pool_size(6, workers=3, cores=2) == 2
     assert EnginePool(0).running is False
+
+
+def test_a_call_runs_in_a_worker_and_in_a_thread_without_one() -> None:
+    async def run(size: int) -> int:
+        pool = EnginePool(size)
+        pool.start()
+        try:
+            return await pool.call(os.getpid)
+        finally:
+            pool.close()
+
+    assert asyncio.run(run(1)) != os.getpid()
+    assert asyncio.run(run(0)) == os.getpid()
