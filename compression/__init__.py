@@ -39,7 +39,7 @@ from compression.engine import (
     Trigger,
 )
 from compression.messages.content import content_text
-from compression.messages.digest import chained_digests
+from compression.messages.digest import chain_digest, chained_digests, message_digest
 from compression.messages.toolpairs import sanitize_tool_pairs
 from compression.messages.types import (
     ContentPart,
@@ -108,6 +108,7 @@ __all__ = [
     "agent_threshold",
     "blocked_reason",
     "budgets_for",
+    "chain_digest",
     "chained_digests",
     "check_invariants",
     "classify_error",
@@ -122,6 +123,7 @@ __all__ = [
     "hygiene_due",
     "limits_for",
     "load_engine",
+    "message_digest",
     "parse_handles",
     "parse_handoff",
     "preamble_end",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -29,6 +30,9 @@ from compression import (
     Summarizer,
     TokenCounter,
     Trigger,
+    chain_digest,
+    chained_digests,
+    message_digest,
     with_handles,
 )
 from session.pool import EnginePool
@@ -53,6 +57,7 @@ from storage import (
 log = logging.getLogger("ctxgate.compaction")
 
 COMMITTED = ("compressed", "fallback")
+DIGESTS_KEPT = 16  # sessions whose last messages' digests are kept (with the messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +139,12 @@ class Compactor:
         self.observe = observe or (lambda *_: None)
         # Where the built-in engine's passes run: worker processes, off the event loop.
         self.pool = pool
+        self.digests = DigestMemo()
 
     async def apply_checkpoint(self, turn: Turn) -> Turn:
         """The turn using the newest checkpoint matching the client's prefix, if one is newer
         than the one it uses."""
-        turn = turn.with_digests()
+        turn = self.digested(turn)
         assert turn.digests is not None
         try:
             checkpoint = await self.store.find_checkpoint(turn.root, list(turn.digests))
@@ -159,6 +165,12 @@ class Compactor:
             sources=checkpoint.sources,
             checkpoint_key=checkpoint.key,
         )
+
+    def digested(self, turn: Turn) -> Turn:
+        """`turn.with_digests()`, hashing only what its session's last request did not hold."""
+        if turn.digests is not None:
+            return turn
+        return replace(turn, digests=tuple(self.digests.chained(turn.key, turn.messages)))
 
     async def compress(
         self,
@@ -181,7 +193,7 @@ class Compactor:
                 reused = await self.apply_checkpoint(turn)
                 if reused.checkpoint_id != turn.checkpoint_id:
                     return Applied(True, "reused", None, reused)
-            turn = turn.with_digests()
+            turn = self.digested(turn)
             ctx = CompressionContext(
                 model=turn.request.model,
                 context_length=turn.context_length,
@@ -306,6 +318,42 @@ class Compactor:
             await self.store.save_engine_state(turn.key, result.state.to_json())
         except StorageError as exc:
             log.warning("could not record a compression attempt: %s", exc)
+
+
+class DigestMemo:
+    """Each recent session's last client messages and their chained digests: a body parsed
+    only as far as it grew keeps its earlier messages as the same objects, whose digests need
+    no hashing again."""
+
+    def __init__(self, sessions: int = DIGESTS_KEPT) -> None:
+        self.sessions = sessions
+        self._kept: OrderedDict[SessionKey, tuple[Sequence[Message], list[str]]] = OrderedDict()
+        self.hashed = 0  # messages hashed (the rest reused)
+
+    def chained(self, key: SessionKey, messages: Sequence[Message]) -> list[str]:
+        """`chained_digests(messages)`."""
+        earlier = self._kept.pop(key, None)
+        same = 0
+        digests: list[str] = []
+        if earlier is not None:
+            before, chain = earlier
+            limit = min(len(before), len(messages))
+            while same < limit and messages[same] is before[same]:
+                same += 1
+            digests = chain[:same]
+        if not digests:
+            digests = chained_digests(messages)
+            self.hashed += len(messages)
+        else:
+            last = digests[-1]
+            for message in messages[same:]:
+                last = chain_digest(last, message_digest(message))
+                digests.append(last)
+            self.hashed += len(messages) - same
+        self._kept[key] = (list(messages), digests)
+        while len(self._kept) > self.sessions:
+            self._kept.popitem(last=False)
+        return list(digests)
 
 
 def _origins(turn: Turn) -> Sources:
