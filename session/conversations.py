@@ -123,7 +123,9 @@ class Conversations:
         tokens: int | None = None
         exact = False
         if len(turn.view) < limits.hygiene_messages and not surely_small(turn, limits):
-            pressure = await measured(turn, *self._counting(turn))
+            pool = self.compactor.pool
+            offload = pool.call if pool is not None else None
+            pressure = await measured(turn, *self._counting(turn), offload)
             tokens, exact = pressure.tokens, pressure.exact
             if pressure.estimate is not None:
                 turn = replace(turn, estimate=pressure.estimate)

@@ -53,3 +53,20 @@ def test_a_large_body_is_counted_off_the_loop() -> None:
     loop_thread, threads = asyncio.run(run())
     assert threads[0] == loop_thread
     assert threads[1] != loop_thread
+
+
+def test_a_large_first_seen_view_is_counted_through_the_offload() -> None:
+    calls: list[str] = []
+
+    async def offload(function: Any, *args: Any) -> Any:
+        calls.append(function.__name__)
+        return function(*args)
+
+    async def run() -> tuple[int, int]:
+        counter = ThreadNotingCounter()
+        small = await measured(turn_of(1000), counter, Calibration(), offload)
+        large = await measured(turn_of(LARGE_BODY_BYTES + 1), counter, Calibration(), offload)
+        return small.tokens, large.tokens
+
+    assert asyncio.run(run()) == (1000, LARGE_BODY_BYTES + 1)
+    assert calls == ["count_view"]  # the small body is counted on the loop
