@@ -182,7 +182,11 @@ class EnginePool:
         worker.jobs.add(job_id)
         self.offloaded += 1
         try:
-            await asyncio.to_thread(worker.send, data)
+            try:
+                await asyncio.to_thread(worker.send, data)
+            except OSError as error:  # the worker is gone: `_lost` replaces it
+                self.failed += 1
+                return failed_pass(engine, view, ctx, "other", f"could not reach it: {error}")
             return await self._outcome(job_id, job, worker, engine, ctx)
         finally:
             self._jobs.pop(job_id, None)
