@@ -178,6 +178,7 @@ def rebuild(conn: Connection) -> None:
         last = rows[-1][0]
 
 
+INDEX_BATCH = 2000  # rows a statement indexes
 Offload = Callable[..., Awaitable[Any]]
 _offload: list[Offload] = []  # where the terms of archived rows are read: see `read_terms_with`
 
@@ -196,7 +197,8 @@ async def index(conn: Executor, rows: Sequence[tuple[int, Message]]) -> None:
         # else a thread), the event loop is not held up by all of it.
         offload = _offload[0] if _offload else asyncio.to_thread
         values = await offload(_index_rows, dialect, rows)
-        await conn.execute(_insert(dialect), values)
+        for start in range(0, len(values), INDEX_BATCH):  # the loop's turn between batches
+            await conn.execute(_insert(dialect), values[start : start + INDEX_BATCH])
 
 
 async def search(
