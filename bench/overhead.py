@@ -29,6 +29,10 @@ at once, then moves to the next target.
 per-sample difference (proxy - direct of the same round and client) is reported as well, and
 each proxy's added p50 as a multiple of the floor's (and, under 16 clients, in ms above it).
 Results: Markdown table on stdout, plus bench/results/overhead.{md,json}.
+
+The 200K- and 800K-token cells, the stall cell (another session's latency during a large
+compression) and the 100,000-message cell run from bench/overhead_large.py, beside the same
+two floors (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from compression.engine import (
     Trigger,
 )
 from compression.messages.content import content_text
-from compression.messages.digest import chained_digests
+from compression.messages.digest import chain_digest, chained_digests, message_digest
 from compression.messages.toolpairs import sanitize_tool_pairs
 from compression.messages.types import (
     ContentPart,
@@ -52,8 +52,13 @@ from compression.messages.types import (
 from compression.options import FAILURE_CLASSES, CompressorOptions
 from compression.passthrough import PassthroughEngine
 from compression.registry import ENGINES, engine_limits, load_engine
-from compression.state import EngineState, blocked_reason, record_real_usage
-from compression.summary.failures import ABORT_CLASSES, SummaryFailure, classify_error
+from compression.state import EngineState, blocked_reason, record_real_usage, with_failure
+from compression.summary.failures import (
+    ABORT_CLASSES,
+    SummaryFailure,
+    classify_error,
+    cooldown_seconds,
+)
 from compression.summary.handles import RECALL_TOOL, handle, parse_handles, with_handles
 from compression.summary.handoff import handoff_text, parse_handoff, view_summaries
 from compression.summary.prompts import USER_CLOSE, USER_OPEN
@@ -103,10 +108,12 @@ __all__ = [
     "agent_threshold",
     "blocked_reason",
     "budgets_for",
+    "chain_digest",
     "chained_digests",
     "check_invariants",
     "classify_error",
     "content_text",
+    "cooldown_seconds",
     "counter_for_model",
     "effective_window",
     "engine_limits",
@@ -116,6 +123,7 @@ __all__ = [
     "hygiene_due",
     "limits_for",
     "load_engine",
+    "message_digest",
     "parse_handles",
     "parse_handoff",
     "preamble_end",
@@ -123,5 +131,6 @@ __all__ = [
     "sanitize_tool_pairs",
     "system_end",
     "view_summaries",
+    "with_failure",
     "with_handles",
 ]

@@ -50,12 +50,17 @@ def _server(r: Reader) -> ServerSettings:
         host=r.get("host", str, d.host),
         port=r.positive("port", int, d.port),
         max_body_bytes=r.positive("max_body_bytes", int, d.max_body_bytes),
+        max_messages=r.get("max_messages", int, d.max_messages),
         held_request_bytes=r.positive("held_request_bytes", int, d.held_request_bytes),
         body_timeout_s=r.positive("body_timeout_s", float, d.body_timeout_s),
         parsed_request_bytes=r.get("parsed_request_bytes", int, d.parsed_request_bytes),
         upstream_client=r.get("upstream_client", str, d.upstream_client),
+        pool_processes=_pool_processes(r),
+        pool_timeout_s=r.positive("pool_timeout_s", float, d.pool_timeout_s),
         workers=_workers(r, d.workers),
     )
+    if out.max_messages < 0:
+        r.fail("max_messages", "must be 0 (no cap) or more")
     if out.parsed_request_bytes < 0:
         r.fail("parsed_request_bytes", "must be 0 or more")
     if out.upstream_client not in ("aiohttp", "httpx"):
@@ -70,6 +75,16 @@ def _workers(r: Reader, default: int) -> int:
     if count is None:
         r.fail("workers", f"must be a positive integer or auto, got {value!r}")
     return count or default
+
+
+def _pool_processes(r: Reader) -> int | None:
+    value = r.get("pool_processes", (int, str), "auto")
+    if value == "auto":
+        return None
+    if isinstance(value, str) or value < 0:
+        r.fail("pool_processes", f"must be auto or an integer >= 0, got {value!r}")
+        return None
+    return value
 
 
 def worker_count(value: int | str, key: str = "server.workers") -> int:

@@ -5,7 +5,8 @@ recovery, the manual API) goes through `Compactor.compress`, which:
   1. takes the session lock (in-process + database lease); on timeout the request goes on
      uncompressed;
   2. looks again for a checkpoint another path may have committed while it waited;
-  3. runs the engine on the view (never on the client's raw list);
+  3. runs the engine on the view (never on the client's raw list); the built-in engine's
+     passes run in the process pool (`pool.py`) when the server has one;
   4. commits checkpoint + archive + event + engine state in one transaction.
 Database errors never lose the request: the compressed view is still used for this request.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -22,13 +24,18 @@ from typing import Any, cast
 from compression import (
     CompressionContext,
     CompressionResult,
+    Compressor,
     ContextEngine,
     Message,
     Summarizer,
     TokenCounter,
     Trigger,
+    chain_digest,
+    chained_digests,
+    message_digest,
     with_handles,
 )
+from session.pool import EnginePool
 from session.provenance import (
     Replacement,
     Sources,
@@ -50,6 +57,7 @@ from storage import (
 log = logging.getLogger("ctxgate.compaction")
 
 COMMITTED = ("compressed", "fallback")
+DIGESTS_KEPT = 16  # sessions whose last messages' digests are kept (with the messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +125,7 @@ class Compactor:
         handles: bool = True,
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, str, int, int], None] | None = None,
+        pool: EnginePool | None = None,
     ) -> None:
         self.store = store
         self.locks = locks
@@ -128,11 +137,14 @@ class Compactor:
         # (trigger, outcome, tokens before, tokens after) of every engine pass, whatever
         # started it: arrival, background, overflow or manual.
         self.observe = observe or (lambda *_: None)
+        # Where the built-in engine's passes run: worker processes, off the event loop.
+        self.pool = pool
+        self.digests = DigestMemo()
 
     async def apply_checkpoint(self, turn: Turn) -> Turn:
         """The turn using the newest checkpoint matching the client's prefix, if one is newer
         than the one it uses."""
-        turn = turn.with_digests()
+        turn = self.digested(turn)
         assert turn.digests is not None
         try:
             checkpoint = await self.store.find_checkpoint(turn.root, list(turn.digests))
@@ -153,6 +165,12 @@ class Compactor:
             sources=checkpoint.sources,
             checkpoint_key=checkpoint.key,
         )
+
+    def digested(self, turn: Turn) -> Turn:
+        """`turn.with_digests()`, hashing only what its session's last request did not hold."""
+        if turn.digests is not None:
+            return turn
+        return replace(turn, digests=tuple(self.digests.chained(turn.key, turn.messages)))
 
     async def compress(
         self,
@@ -175,7 +193,7 @@ class Compactor:
                 reused = await self.apply_checkpoint(turn)
                 if reused.checkpoint_id != turn.checkpoint_id:
                     return Applied(True, "reused", None, reused)
-            turn = turn.with_digests()
+            turn = self.digested(turn)
             ctx = CompressionContext(
                 model=turn.request.model,
                 context_length=turn.context_length,
@@ -194,7 +212,7 @@ class Compactor:
                 due=True,
             )
             started = time.perf_counter()
-            result = await self.engine.compress(turn.view, ctx)
+            result = await self._run(turn.view, ctx)
             duration_ms = (time.perf_counter() - started) * 1000
             if result.outcome != "skipped":
                 self.observe(trigger, result.outcome, result.tokens_before, result.tokens_after)
@@ -231,6 +249,11 @@ class Compactor:
                 notes=(*turn.notes, note),
             )
             return Applied(True, result.outcome, result.error, done)
+
+    async def _run(self, view: list[Message], ctx: CompressionContext) -> CompressionResult:
+        if self.pool is not None and isinstance(self.engine, Compressor):
+            return await self.pool.compress(self.engine, view, ctx)
+        return await self.engine.compress(view, ctx)
 
     async def _commit(
         self,
@@ -312,6 +335,42 @@ def _log_outcome(turn: Turn, trigger: str, result: CompressionResult, duration_m
         result.tokens_after,
         duration_ms,
     )
+
+
+class DigestMemo:
+    """Each recent session's last client messages and their chained digests: a body parsed
+    only as far as it grew keeps its earlier messages as the same objects, whose digests need
+    no hashing again."""
+
+    def __init__(self, sessions: int = DIGESTS_KEPT) -> None:
+        self.sessions = sessions
+        self._kept: OrderedDict[SessionKey, tuple[Sequence[Message], list[str]]] = OrderedDict()
+        self.hashed = 0  # messages hashed (the rest reused)
+
+    def chained(self, key: SessionKey, messages: Sequence[Message]) -> list[str]:
+        """`chained_digests(messages)`."""
+        earlier = self._kept.pop(key, None)
+        same = 0
+        digests: list[str] = []
+        if earlier is not None:
+            before, chain = earlier
+            limit = min(len(before), len(messages))
+            while same < limit and messages[same] is before[same]:
+                same += 1
+            digests = chain[:same]
+        if not digests:
+            digests = chained_digests(messages)
+            self.hashed += len(messages)
+        else:
+            last = digests[-1]
+            for message in messages[same:]:
+                last = chain_digest(last, message_digest(message))
+                digests.append(last)
+            self.hashed += len(messages) - same
+        self._kept[key] = (list(messages), digests)
+        while len(self._kept) > self.sessions:
+            self._kept.popitem(last=False)
+        return list(digests)
 
 
 def _origins(turn: Turn) -> Sources:

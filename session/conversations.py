@@ -42,7 +42,7 @@ from session.policy import (
 from session.ports.frontdoor import DoorChooser, FrontDoor, Usage, WireRequest
 from session.ports.headers import upstream_request_headers
 from session.ports.upstream import Upstream
-from session.pressure import estimate_view, measure, surely_small
+from session.pressure import estimate_view, measured, surely_small
 from session.summarizer import UpstreamSummarizer, summary_route
 from session.turn import Turn
 from storage import PROMPT_TOKENS_PENDING, SessionKey, SessionStore, StorageError, UsageRecord
@@ -128,7 +128,9 @@ class Conversations:
         tokens: int | None = None
         exact = False
         if len(turn.view) < limits.hygiene_messages and not surely_small(turn, limits):
-            pressure = measure(turn, *self._counting(turn))
+            pool = self.compactor.pool
+            offload = pool.call if pool is not None else None
+            pressure = await measured(turn, *self._counting(turn), offload)
             tokens, exact = pressure.tokens, pressure.exact
             if pressure.estimate is not None:
                 turn = replace(turn, estimate=pressure.estimate)

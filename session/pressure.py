@@ -1,4 +1,4 @@
-"""How full a request's view is (pure).
+"""How full a request's view is (pure; `measured` counts a large body in a thread).
 
 The anchor is the real `prompt_tokens` the upstream reported for the session's previous view;
 the figure for a new request is that anchor plus an estimate of what was appended since. Only
@@ -7,13 +7,20 @@ when there is no usable anchor is the whole view estimated (per-message counts a
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from compression import Calibration, Limits, TokenCounter
+from compression import Calibration, Limits, Message, TokenCounter, ToolSchema
 from session.ports.frontdoor import IMAGE_MARK
 from session.turn import Turn
 
 IMAGE_TOKENS = 765
+# A body past this many bytes is counted in a thread: tiktoken lets go of the GIL while it
+# encodes and the rest yields it every switch interval, so other sessions' requests are not
+# held up for the whole count (about a second for 3 MB). A smaller one costs less than the hop.
+LARGE_BODY_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +55,35 @@ def surely_small(turn: Turn, limits: Limits) -> bool:
     return upper_bound(turn) < min(limits.threshold, limits.hygiene_tokens)
 
 
-def measure(turn: Turn, counter: TokenCounter, calibration: Calibration) -> Pressure:
+Offload = Callable[..., Awaitable[Any]]
+
+
+async def measured(
+    turn: Turn,
+    counter: TokenCounter,
+    calibration: Calibration,
+    offload: Offload | None = None,
+) -> Pressure:
+    """`measure`; for a large body, off the loop: a whole view's count through `offload(fn,
+    *args)` (a process pool's call: no share of this process's GIL), the rest in a thread."""
+    if len(turn.request.raw) <= LARGE_BODY_BYTES:
+        return measure(turn, counter, calibration)
+    if offload is None or _anchored(turn) or turn.estimate is not None:
+        return await asyncio.to_thread(measure, turn, counter, calibration)
+    estimate = calibration.apply(await offload(count_view, counter, turn.view, turn.request.tools))
+    return Pressure(estimate, False, estimate)
+
+
+def count_view(
+    counter: TokenCounter, messages: Sequence[Message], tools: Sequence[ToolSchema] | None
+) -> int:
+    """A view's count (module-level: a pool runs it by name)."""
+    return counter.count_messages(messages, tools)
+
+
+def _anchored(turn: Turn) -> bool:
     session = turn.session
-    if (
+    return (
         session is not None
         and turn.anchored
         and session.last_prompt_tokens is not None
@@ -58,7 +91,14 @@ def measure(turn: Turn, counter: TokenCounter, calibration: Calibration) -> Pres
         and session.last_message_count is not None
         and 0 < session.last_message_count <= len(turn.view)
         and not session.last_usage_estimated
-    ):
+    )
+
+
+def measure(turn: Turn, counter: TokenCounter, calibration: Calibration) -> Pressure:
+    session = turn.session
+    if _anchored(turn):
+        assert session is not None and session.last_prompt_tokens is not None
+        assert session.last_message_count is not None
         appended = turn.view[session.last_message_count :]
         extra = counter.count_messages(appended) - 3 if appended else 0
         return Pressure(session.last_prompt_tokens + calibration.apply(max(0, extra)), True)

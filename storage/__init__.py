@@ -27,6 +27,7 @@ from storage.records import (
     UsageRecord,
 )
 from storage.rows.retention import DailyUsage
+from storage.rows.search import read_terms_with
 from storage.rows.terms import Terms, search_terms
 from storage.store import SessionStore, journal_directory
 from storage.sweeper import RetentionPolicy, Sweeper, SweepReport, daily_usage
@@ -63,6 +64,7 @@ __all__ = [
     "UsageRecord",
     "daily_usage",
     "journal_directory",
+    "read_terms_with",
     "search_terms",
     "wait_budget",
 ]

@@ -138,7 +138,10 @@ def settings_for(
     api_key: str | None = "sk-upstream-test",
     **extra: Any,
 ) -> Settings:
-    """Settings pointing at a simulator, with a SQLite file under a temp dir."""
+    """Settings pointing at a simulator, with a SQLite file under a temp dir; compression
+    passes run on the loop (`server.pool_processes: 0`) unless `server` asks for a pool:
+    starting worker processes for every test's server would double the suite's time."""
+    extra["server"] = {"pool_processes": 0, **extra.get("server", {})}
     upstream: dict[str, Any] = {"base_url": upstream_url, "timeout_s": 10}
     if api_key is not None:
         upstream["api_key"] = api_key

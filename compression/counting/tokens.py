@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import math
+import pickle
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
@@ -280,9 +281,18 @@ class TiktokenCounter(_BaseCounter):
         if enc is None:
             raise EncodingUnavailableError(f"token encoding {encoding_name!r} is not available")
         self.encoding_name = encoding_name
+        # How to build the same counter elsewhere (a pool worker); None: an injected encoder.
+        self.recipe = None if encoder else (encoding_name, encodings_dir, bundled, image_tokens)
         self.encoder: Encoder = enc
         self._cache = _LRU(cache_size)
         self._tools_cache = _LRU(64)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as its recipe: a process that unpickles it gets its own shared counter
+        (and its cache of counts), not a copy of the encoder."""
+        if self.recipe is None:
+            raise pickle.PicklingError("a counter built on an injected encoder has no recipe")
+        return (_shared_counter, self.recipe)
 
     # strings
 
@@ -363,6 +373,18 @@ class TiktokenCounter(_BaseCounter):
 
 _COUNTERS_LOCK = threading.Lock()
 _COUNTERS: dict[tuple[str, str | None, bool, int], TokenCounter] = {}
+
+
+def _shared_counter(
+    encoding: str, encodings_dir: str | None, bundled: bool, image_tokens: int
+) -> TokenCounter:
+    return counter_for_model(
+        "",
+        encoding=encoding,
+        encodings_dir=encodings_dir,
+        bundled=bundled,
+        image_tokens=image_tokens,
+    )
 
 
 def counter_for_model(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import cast
 
 from compression.messages.content import clip_middle
 from compression.verbatim.instructions import states_instruction, supersedes
@@ -78,25 +77,29 @@ def mark_superseded(messages: Sequence[Carried | str]) -> list[Carried]:
     when a later message explicitly takes it back: "…my previous message" the message just
     before, "…the earlier instruction" the newest instruction-bearing one before it."""
     out: list[Carried | str] = list(messages)
+    rule_at: int | None = None  # the newest message so far that states an instruction
     for later, message in enumerate(messages):
-        kind = supersedes(message if isinstance(message, str) else message.text)
+        kind = supersedes(_text(message))
         if kind is not None:
-            target = _taken_back(out, later, kind)
-            if target is not None:  # a candidate: _taken_back gives no other
-                out[target] = replace(cast(Carried, out[target]), superseded=True)
+            at = later - 1 if kind == "message" else rule_at
+            if at is not None and at >= 0:
+                target = out[at]
+                # A plain string is in view anyway; the original request is left as it is.
+                if isinstance(target, Carried) and not target.opening:
+                    out[at] = replace(target, superseded=True)
+        if _rule(message):
+            rule_at = later
     return [m for m in out if not isinstance(m, str)]
 
 
-def _taken_back(messages: Sequence[Carried | str], later: int, kind: str) -> int | None:
-    for at in range(later - 1, -1, -1):
-        message = messages[at]
-        text = message if isinstance(message, str) else message.text
-        rule = message.instruction if isinstance(message, Carried) else states_instruction(text)
-        if kind == "message" or rule:
-            if isinstance(message, str) or message.opening:
-                return None  # in view anyway, or the original request: left as it is
-            return at
-    return None
+def _text(message: Carried | str) -> str:
+    return message if isinstance(message, str) else message.text
+
+
+def _rule(message: Carried | str) -> bool:
+    if isinstance(message, Carried):
+        return message.instruction
+    return states_instruction(message)
 
 
 def select_carried(
@@ -154,11 +157,16 @@ class _Picker:
         self.present = present
         self.picked: dict[int, str] = {}
         self.shortened: dict[int, int] = {}  # position -> tokens its clip kept
+        # Each text's first position: a later copy is a repeat (one dict, not a scan per
+        # candidate, so that many short messages cost linear time).
+        self.first: dict[str, int] = {}
+        for position, candidate in enumerate(candidates):
+            self.first.setdefault(candidate.text, position)
 
     def wanted(self, position: int) -> bool:
         """Not a repeat of an earlier candidate, nor held verbatim elsewhere in the view."""
         text = self.candidates[position].text
-        if any(c.text == text for c in self.candidates[:position]):
+        if self.first[text] < position:
             return False
         return self.present is None or not self.present(text)
 

@@ -6,13 +6,14 @@ importing the app that mounts them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
-from compression import ContextEngine
+from compression import ContextEngine, TokenCounter, counter_for_model
 from proxy.doors.registry import summary_door
 from proxy.gateway.auth import Authenticator
 from proxy.gateway.gateway import Gateway
@@ -26,9 +27,17 @@ from session.ledger.shadow import Shadow
 from session.memory import Sessions
 from session.metrics import Metrics
 from session.models import Models
+from session.pool import EnginePool, pool_size
 from session.pressure import measure
 from session.recall import Recaller
-from storage import RetentionPolicy, SessionLocks, SessionStore, Sweeper, journal_directory
+from storage import (
+    RetentionPolicy,
+    SessionLocks,
+    SessionStore,
+    Sweeper,
+    journal_directory,
+    read_terms_with,
+)
 
 
 def build_engine(settings: Settings) -> ContextEngine:
@@ -56,6 +65,7 @@ class Services:
     owns_http: bool
     owns_store: bool
     sweeper: Sweeper | None = None  # the retention sweep's task, when retention is on
+    pool: EnginePool | None = None  # compression passes off the loop, when the server has one
 
     async def close(self) -> None:
         if self.sweeper is not None:
@@ -69,6 +79,9 @@ class Services:
             await self.store.flush()  # its owner closes it; what this app queued is written
         if self.owns_http:
             await self.http.aclose()
+        if self.pool is not None:
+            read_terms_with(None)
+            self.pool.close()
 
 
 async def start_services(
@@ -93,6 +106,7 @@ async def start_services(
     locks = SessionLocks(store, ttl_s=settings.storage.lease_ttl_s)
     await locks.release_dead_holders()  # a restart takes its crashed predecessor's leases back
     metrics = Metrics()
+    pool = start_pool(settings, await asyncio.to_thread(_counters, settings))
     compactor = Compactor(
         store=store,
         locks=locks,
@@ -102,6 +116,7 @@ async def start_services(
         handles=settings.compression.recall.enabled,
         clock=clock,
         observe=metrics.compression,
+        pool=pool,
     )
     models = Models(settings, store, engine, await store.get_model_windows())
     sessions = Sessions(store, clock, settings.server.held_request_bytes)
@@ -140,7 +155,28 @@ async def start_services(
         owns_http=http_transport is None,
         owns_store=owns_store,
         sweeper=sweeper,
+        pool=pool,
     )
+
+
+def _counters(settings: Settings) -> list[TokenCounter]:
+    """The counters of the configured models (loading an encoding takes a second or more)."""
+    directory = settings.tokens.encodings_dir
+    names = {rule.encoding for rule in settings.models}
+    return [counter_for_model("", encoding=name, encodings_dir=directory) for name in names]
+
+
+def start_pool(settings: Settings, warm: list[TokenCounter]) -> EnginePool | None:
+    """The compression pool of this server process (None when `server.pool_processes` is 0),
+    its workers starting with the counters in `warm` built."""
+    server = settings.server
+    size = pool_size(server.pool_processes, server.workers)
+    if size <= 0:
+        return None
+    pool = EnginePool(size, server.pool_timeout_s, warm)
+    pool.start()
+    read_terms_with(pool.call)  # the search terms of what a compression archives
+    return pool
 
 
 def retention_sweeper(settings: Settings, store: SessionStore, owner: str) -> Sweeper | None:

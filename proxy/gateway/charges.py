@@ -6,6 +6,7 @@ here is logged, since nobody is left to report it to.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from session.conversations import Conversations
@@ -13,6 +14,7 @@ from session.ledger.book import Ledger, full_prompt
 from session.ledger.shadow import Shadow, ShadowJob
 from session.ports.frontdoor import Usage
 from session.ports.headers import upstream_request_headers
+from session.pressure import LARGE_BODY_BYTES
 from session.turn import Turn
 
 log = logging.getLogger("ctxgate.gateway")
@@ -41,7 +43,7 @@ class Charges:
             return
         model = turn.request.model
         models = self.conversations.models
-        full, history = full_prompt(
+        figures = (
             usage.prompt_tokens,
             turn.messages,
             turn.view,
@@ -50,6 +52,10 @@ class Charges:
             turn.tools,
             turn.with_digests().digests or (),
         )
+        if len(turn.request.raw) > LARGE_BODY_BYTES:  # counting it would hold the loop up
+            full, history = await asyncio.to_thread(full_prompt, *figures)
+        else:
+            full, history = full_prompt(*figures)
         try:
             await self.ledger.request(
                 turn.key,

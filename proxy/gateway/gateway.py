@@ -34,7 +34,13 @@ from proxy.provider.images import ImageLimit, image_limit, shrink_images
 from proxy.provider.upstream import Upstream
 from session.config.settings import ModelRule, Settings
 from session.conversations import Conversations
-from session.errors import BadRequest, ProxyError, UpstreamStatus, unknown_model
+from session.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    ProxyError,
+    UpstreamStatus,
+    unknown_model,
+)
 from session.identity import identify, scope_for
 from session.ledger.book import Ledger
 from session.ledger.shadow import Shadow
@@ -102,6 +108,7 @@ class Gateway:
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
         request = door.parse(raw, self.earlier.of(door))
+        _within_message_cap(len(request.messages), self.settings.server.max_messages)
         rule = self._rule(request.model, door.api)
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)
@@ -422,3 +429,12 @@ def nesting(raw: bytes) -> int:
         deepest = max(deepest, depth + 1)
         stack.extend((item, depth + 1) for item in value)
     return deepest
+
+
+def _within_message_cap(count: int, cap: int) -> None:
+    """Refuse a request with more messages than `server.max_messages` (0: no cap)."""
+    if cap and count > cap:
+        raise PayloadTooLarge(
+            f"The request holds {count:,} messages, over the {cap:,} this server accepts "
+            "(server.max_messages)."
+        )

@@ -43,6 +43,12 @@ class ServerSettings:
     """TCP port (`--port` overrides it)."""
     max_body_bytes: int = 32 * 1024 * 1024
     """Largest chat request body accepted, in bytes; a larger one is refused with 413."""
+    max_messages: int = 250_000
+    """Most messages (or Gemini contents) one request may hold; a request with more is
+    refused with 413 in its API's own error envelope, before any session work. 0 turns the
+    cap off. It is a refusal, unlike `compression.hygiene_max_messages` (5,000 by default),
+    the count past which a request is compressed before it is forwarded: keep this cap above
+    that one, or requests between the two are refused where they could be compressed."""
     held_request_bytes: int = 128 * 1024 * 1024
     """Bytes of request bodies this process holds (each session's latest, least recently used
     dropped first) so the manual compression API can compress them at once; a session whose
@@ -59,6 +65,17 @@ class ServerSettings:
     upstream_client: str = "aiohttp"
     """What carries upstream calls under httpx's API: `aiohttp` (its C HTTP parser; less CPU
     per request) or `httpx` (httpx's own pool, h11)."""
+    pool_processes: int | None = None
+    """Worker processes that run compression passes (plan, prune, select, assemble, their
+    counting) off the event loop, so that compressing a large history never delays another
+    session's requests; the summary call stays on the server's own loop between them. Unset:
+    the cores this process may use less one, shared out over `workers` (each gets at least
+    one). 0: passes run on the event loop. Only the built-in engine is sent to the pool."""
+    pool_timeout_s: float = 120.0
+    """Seconds of its own work (not counting its summary call) a pass may take in the pool; a
+    pass past it, or whose worker dies, is answered like a failed summary (class `timeout` or
+    `other`: the request goes on uncompressed, the class's cooldown starts) and the worker is
+    replaced."""
     workers: int = 1
     """Processes serving the port (`--workers` overrides it); `auto`: one per core this process
     may run on. They share the database (SQLite in WAL mode on one host, or PostgreSQL), and

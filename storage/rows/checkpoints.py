@@ -31,6 +31,7 @@ from storage.rows import events, lineages, search, sessions
 # Candidate digests sent in the first lookup: the newest checkpoint is nearly always
 # within the last few hundred messages, and 500 stays far below every parameter limit.
 RECENT_CANDIDATES = 500
+ARCHIVE_BATCH = 2000  # archived rows one statement inserts
 
 
 async def find(
@@ -213,8 +214,13 @@ async def _archive(
             index_elements=["session_id", "position", "digest"]
         )
         # Only the rows inserted now come back: a copy archived before is indexed already.
-        inserted = await conn.execute(stmt.returning(a.id, a.position, a.digest), rows)
-        new = [(int(r.id), originals[(r.position, r.digest)]) for r in inserted]
+        # In batches: between them the event loop serves other requests (one statement of
+        # 100,000 rows held it for seconds).
+        new: list[tuple[int, Message]] = []
+        for start in range(0, len(rows), ARCHIVE_BATCH):
+            batch = rows[start : start + ARCHIVE_BATCH]
+            inserted = await conn.execute(stmt.returning(a.id, a.position, a.digest), batch)
+            new += [(int(r.id), originals[(r.position, r.digest)]) for r in inserted]
         await search.index(conn, new)
 
 

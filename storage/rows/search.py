@@ -12,7 +12,8 @@ grows, however common the query's words.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, TextClause, event, select, text
@@ -177,11 +178,27 @@ def rebuild(conn: Connection) -> None:
         last = rows[-1][0]
 
 
+INDEX_BATCH = 2000  # rows a statement indexes
+Offload = Callable[..., Awaitable[Any]]
+_offload: list[Offload] = []  # where the terms of archived rows are read: see `read_terms_with`
+
+
+def read_terms_with(offload: Offload | None) -> None:
+    """Have `offload(function, *args)` read archived rows' search terms (a process pool's call);
+    None: a thread of this process."""
+    _offload[:] = [offload] if offload is not None else []
+
+
 async def index(conn: Executor, rows: Sequence[tuple[int, Message]]) -> None:
     """Index newly archived rows: (archived_messages.id, message)."""
     if rows:
         dialect = conn.dialect.name
-        await conn.execute(_insert(dialect), _index_rows(dialect, rows))
+        # Reading a large archive's terms takes seconds of CPU: elsewhere (a worker process,
+        # else a thread), the event loop is not held up by all of it.
+        offload = _offload[0] if _offload else asyncio.to_thread
+        values = await offload(_index_rows, dialect, rows)
+        for start in range(0, len(values), INDEX_BATCH):  # the loop's turn between batches
+            await conn.execute(_insert(dialect), values[start : start + INDEX_BATCH])
 
 
 async def search(

@@ -325,3 +325,19 @@ def test_terms_are_clean_and_stable(raw: str) -> None:
         assert len(term) <= MAX_TERM and term not in STOP_WORDS
     again = search_terms(" ".join(terms.whole))
     assert again.whole == terms.whole
+
+
+async def test_an_archive_larger_than_a_batch_is_stored_and_found_whole(
+    store: SessionStore,
+) -> None:
+    """Thousands of archived rows go in batches (the loop serves others between them): every
+    row is archived and indexed, the last batch's as well as the first's."""
+    from storage.rows.checkpoints import ARCHIVE_BATCH
+    from storage.rows.search import INDEX_BATCH
+
+    count = max(ARCHIVE_BATCH, INDEX_BATCH) * 2 + 7
+    messages = [{"role": "user", "content": f"note ZX-{i:05d} here"} for i in range(count)]
+    await store.commit_compression(commit(SK, DIGESTS, 12, archived=archive_of(messages)))
+    assert await positions(store, "ZX-00000") == [1]
+    assert await positions(store, f"ZX-{count - 1:05d}") == [count]
+    assert await positions(store, f"ZX-{ARCHIVE_BATCH:05d}") == [ARCHIVE_BATCH + 1]
