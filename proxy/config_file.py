@@ -81,10 +81,10 @@ def _pool_processes(r: Reader) -> int | None:
     value = r.get("pool_processes", (int, str), "auto")
     if value == "auto":
         return None
-    if isinstance(value, str) or value < 0:
-        r.fail("pool_processes", f"must be auto or an integer >= 0, got {value!r}")
-        return None
-    return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    r.fail("pool_processes", f"must be auto or an integer >= 0, got {value!r}")
+    return None
 
 
 def worker_count(value: int | str, key: str = "server.workers") -> int:

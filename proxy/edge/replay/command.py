@@ -63,11 +63,14 @@ def run(args: argparse.Namespace) -> int:
         db_url=f"sqlite+aiosqlite:///{Path(args.db).resolve()}" if args.db else None,
         configured=args.config is not None,
     )
-    logging.getLogger("ctxgate").setLevel(logging.ERROR)  # the report says what happened
+    quiet = logging.getLogger("ctxgate")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the report says what happened
     bar = ProgressBar(sys.stderr, len(recordings)) if args.progress or sys.stderr.isatty() else None
     try:
         sessions = asyncio.run(replay_all(load_settings(args.config), recordings, options, bar))
     finally:
+        quiet.setLevel(level)
         if bar is not None:
             bar.close()
     if args.html:
