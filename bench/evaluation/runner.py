@@ -36,6 +36,7 @@ class ArmSpec:
     background: bool = True
     summarizer: str = "fit"
     scaled_threshold: bool = True
+    recall_calls: int = 4  # the simulated model's recall calls per question (0: never)
 
     def options(self, window: int) -> dict[str, Any]:
         # ctxgate's 64K floor on the agent threshold is meant for 128K windows, where it means
@@ -56,6 +57,10 @@ ARMS: dict[str, ArmSpec] = {
     "fail": ArmSpec(
         "as main, every summary call fails (deterministic fallback)", summarizer="fail"
     ),
+    "never-recall": ArmSpec(
+        "as main, a model that never calls the recall tool: it answers from its view only",
+        recall_calls=0,
+    ),
 }
 QUICK_ARMS = ("main", "bg-off")
 MAIN = "main"
@@ -65,9 +70,9 @@ MAIN = "main"
 LARGE_WINDOW = 65536
 LARGE_SIZE = 3.0
 WINDOW_PLAN: dict[int, tuple[int, tuple[str, ...]]] = {
-    16384: (3, ("main", "fail")),
-    65536: (2, ("main",)),
-    131072: (1, ("main",)),
+    16384: (3, ("main", "fail", "never-recall")),
+    65536: (2, ("main", "never-recall")),
+    131072: (1, ("main", "never-recall")),
 }
 
 
@@ -180,6 +185,7 @@ def evaluate(config: EvalConfig) -> EvalResults:
                 options=spec.options(session.window),
                 gap_s=config.gap_s,
                 progress=bar.update,
+                recall_calls=spec.recall_calls,
             )
             result.arms[arm] = arm_result(arm, session, run, spec.options(session.window))
             errors = result.arms[arm].client_errors
