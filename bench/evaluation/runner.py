@@ -23,6 +23,8 @@ from bench.evaluation.shadow import ShadowResult, measure
 
 REPO = Path(__file__).resolve().parents[2]
 KIND_CYCLE = ("tau", "swe-text", "agents", "swe-fc", "tau", "swe-text")
+# One-task coding sessions: a recorded agent's task statement, then many tool turns.
+TASK_CYCLE = ("task-swe-fc", "task-swe-text")
 # OpenCode's system prompt and tool schemas alone take 7.2K tokens: at 8K a single tool output
 # cannot fit beside them, whatever a proxy does.
 MIN_WINDOW = {"agents": 16384}
@@ -90,6 +92,7 @@ class EvalConfig:
     llama_url: str | None = None
     quick: bool = False
     shadow: bool = True  # shadow-agreement replays of each session (arm main's options)
+    one_task: int = 2  # one-task coding sessions per window, beside the chained ones
 
     def sessions_at(self, window: int) -> int:
         planned = self.plan.get(window)
@@ -107,7 +110,8 @@ class EvalConfig:
 
     def kinds(self, window: int) -> list[str]:
         usable = [kind for kind in KIND_CYCLE if window >= MIN_WINDOW.get(kind, 0)]
-        return [usable[i % len(usable)] for i in range(self.sessions_at(window))]
+        chained = [usable[i % len(usable)] for i in range(self.sessions_at(window))]
+        return chained + [TASK_CYCLE[i % len(TASK_CYCLE)] for i in range(self.one_task)]
 
 
 @dataclass
