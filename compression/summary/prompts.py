@@ -33,6 +33,7 @@ FILES_HEADER = (
 FILE_OPEN = "<<<file "  # followed by the path and ">>>"
 FILE_CLOSE = "<<<end file>>>"
 LAST_REPLY_HEADER = "## Your Last Reply (verbatim)"
+WORKING_SET_HEADER = "## Working Set (what the task works on, most relevant first)"
 ANCHORS_HEADER = "## Anchors (exact ids, paths and names from the compacted turns, newest first)"
 REPLY_OPEN = "<<<assistant reply>>>"
 REPLY_CLOSE = "<<<end assistant reply>>>"
