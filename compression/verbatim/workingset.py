@@ -101,7 +101,7 @@ def entity_kind(name: str) -> EntityKind:
         return "url"
     if _ERROR.fullmatch(name):
         return "error"
-    if "/" in name or _FILE.fullmatch(name):
+    if _FILE.fullmatch(name) or (name.startswith(("/", "./", "~/")) and name.count("/") >= 2):
         return "file"
     if _CONFIG.fullmatch(name):
         return "config"

@@ -261,14 +261,16 @@ class CodexAgent:
         ]
 
     def turn(self) -> bool:
-        events = self.client.responses.create(
-            model=MODEL,
-            input=self.items,  # type: ignore[arg-type]
-            tools=[SHELL],  # type: ignore[list-item]
-            store=False,
-            stream=True,
-            extra_headers={"session-id": SESSION},
-        )
+        # Codex's body, as a plain dict: its items are the model's own, handed back as dumped.
+        request: dict[str, Any] = {
+            "model": MODEL,
+            "input": self.items,
+            "tools": [SHELL],
+            "store": False,
+            "stream": True,
+            "extra_headers": {"session-id": SESSION},
+        }
+        events = self.client.responses.create(**request)
         [response] = [e.response for e in events if e.type == "response.completed"]
         called = False
         for item in response.output:
