@@ -383,7 +383,15 @@ def _finish(
     budgets = replace(budgets, anchors=max(0, budgets.anchors - lines))
     carrying = replace(plan, budgets=budgets)
     users, anchors = carry_section(
-        view, carrying, figures, options, count, kept, frozenset(lifted), (body, reply or "")
+        view,
+        carrying,
+        figures,
+        options,
+        count,
+        kept,
+        frozenset(lifted),
+        (body, reply or ""),
+        run.working,
     )
     handoff = Handoff(body, users.texts, reply, anchors, files.files, working)
     result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
