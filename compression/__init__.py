@@ -40,7 +40,7 @@ from compression.engine import (
 )
 from compression.messages.content import content_text
 from compression.messages.digest import chained_digests
-from compression.messages.toolpairs import sanitize_tool_pairs
+from compression.messages.toolpairs import sanitize_tool_pairs, tool_calls_of
 from compression.messages.types import (
     ContentPart,
     FunctionCall,
@@ -64,6 +64,7 @@ from compression.thresholds import (
     hygiene_due,
     limits_for,
 )
+from compression.verbatim.anchors import find_anchors
 from compression.verbatim.fileops import FileOp, file_ops
 from compression.verbatim.preamble import preamble_end, system_end
 
@@ -111,6 +112,7 @@ __all__ = [
     "effective_window",
     "engine_limits",
     "file_ops",
+    "find_anchors",
     "handle",
     "handoff_text",
     "hygiene_due",
@@ -122,6 +124,7 @@ __all__ = [
     "record_real_usage",
     "sanitize_tool_pairs",
     "system_end",
+    "tool_calls_of",
     "view_summaries",
     "with_handles",
 ]

@@ -27,6 +27,7 @@ from compression import (
     handle,
     parse_handles,
 )
+from session.ahead import Foresight
 from session.config.settings import RecallSettings
 from session.metrics import Metrics
 from session.ports.frontdoor import AnswerCalls, ToolCall
@@ -321,6 +322,11 @@ class Recaller:
         # appended when it has one (no recount of a long history), else the estimate.
         self.estimate = estimate
         self.metrics = metrics
+        self.foresight = Foresight(store, settings, counter)
+
+    async def ahead(self, turn: Turn) -> Turn:
+        """Recall before asking (see `session.ahead`)."""
+        return await self.foresight.apply(turn)
 
     def offer(self, turn: Turn) -> Turn:
         """The turn with the recall tool among those it sends, when it is offered."""

@@ -59,6 +59,8 @@ class Turn:
     tools: tuple[ToolSchema, ...] = ()  # ctxgate's own tools offered upstream (recall)
     recalls: int = 0  # recall rounds answered for this request
     recalled_tokens: int = 0  # tokens of archived text those rounds read back
+    ahead: tuple[str, ...] = ()  # handles recall before asking put in view for this request
+    ahead_tokens: int = 0  # what the lineage's placements add to the view
 
     @property
     def messages(self) -> list[Message]:
@@ -115,6 +117,8 @@ class Turn:
             headers["x-ctxgate-checkpoint"] = str(self.checkpoint_id)
         if self.recalls:
             headers["x-ctxgate-recalls"] = str(self.recalls)
+        if self.ahead:
+            headers["x-ctxgate-recalled-ahead"] = ",".join(self.ahead)
         if not self.notes:
             headers["x-ctxgate-compressed"] = "true" if self.checkpoint_id is not None else "false"
             return headers

@@ -103,7 +103,7 @@ class Gateway:
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)
         turn = await self.conversations.prepare(door, ident, request, rule, forward)
-        turn = self.recaller.offer(turn)
+        turn = self.recaller.offer(await self.recaller.ahead(turn))
         self.metrics.prepared(turn, time.perf_counter() - arrived)
         if self.settings.logging.log_content:
             log.info(

@@ -91,6 +91,9 @@ sim = simulator_fixture(
 
 
 def proxy_for(sim: Simulator, tmp_path: Any, **recall: Any) -> ProxyServer:
+    """ctxgate with the given recall settings; recall before asking is off unless asked for:
+    these tests are about the model's own calls."""
+    recall = {"ahead": False, **recall}
     settings = settings_for(
         sim.base_url,
         str(tmp_path / "recall.db"),

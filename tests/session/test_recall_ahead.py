@@ -1,0 +1,109 @@
+"""Recall before asking: what the newest turn names comes back into view before forwarding.
+
+The conversation of tests/session/test_recall.py (a fact planted in an early tool result, then
+long reads past it) is compressed at an 8K window. The user then names the file that held the
+fact, or asks about it in words; the simulated model answers from its view only, never calling
+the recall tool. ctxgate must have put the archived passage, with its handle, at the end of
+the request: the earlier messages, and so the provider's cached prefix, unchanged; on the next
+request the placement stays where it was put and is not put in twice.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from session.identity import scope_for
+from tests.session.test_recall import (
+    FACT,
+    MODEL,
+    WINDOW,
+    client_for,
+    history,
+    proxy_for,
+)
+from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator.fixtures import simulator_fixture
+
+
+def from_view_only(body: dict[str, Any]) -> Reply | None:
+    """A model that never recalls: it answers from what its view holds."""
+    if is_summary_request(body):
+        return None
+    if FACT in json.dumps(body["messages"]):
+        return Reply(content=f"From view: {FACT}.")
+    return Reply(content="I do not know.")
+
+
+sim = simulator_fixture(
+    {MODEL: ModelSpec(window=WINDOW)}, responder=lambda: from_view_only, validate_messages=True
+)
+
+
+def ask(proxy: Any, messages: list[dict[str, Any]]) -> tuple[str, dict[str, str]]:
+    raw = client_for(proxy).chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        extra_headers={"X-Session-Id": "ahead"},
+    )
+    return raw.parse().choices[0].message.content or "", dict(raw.headers)
+
+
+def ahead_events(proxy: Any) -> list[dict[str, Any]]:
+    url = f"{proxy.base_url.removesuffix('/v1')}/admin/sessions/{scope_for('sk-recall')}/ahead"
+    events = httpx.get(url, headers={"Authorization": "Bearer adm"}).json()["events"]
+    return [e for e in events if e["trigger"] == "recall-ahead"]
+
+
+def forwarded(sim: Simulator) -> list[dict[str, Any]]:
+    return [r.body for r in sim.received if r.body and not r.is_summary and r.is_chat]
+
+
+@pytest.mark.parametrize(
+    "asked",
+    ["Show me what REVIEW.md says, please.", "Where does the design review happen, again?"],
+    ids=["names-a-file", "asks-in-words"],
+)
+def test_the_passage_the_turn_names_is_put_at_the_end(
+    sim: Simulator, tmp_path: Any, asked: str
+) -> None:
+    with proxy_for(sim, tmp_path, ahead=True) as proxy:
+        messages = history()
+        messages[-1] = {"role": "user", "content": "Go on with the handlers."}
+        ask(proxy, messages)  # compresses: the fact is archived
+        before = forwarded(sim)[-1]["messages"]
+        assert FACT not in json.dumps(before)
+        messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": asked}]
+        text, headers = ask(proxy, messages)
+        sent = forwarded(sim)[-1]["messages"]
+        assert text == f"From view: {FACT}."
+        assert sent[: len(before)] == before  # the prefix the provider cached is untouched
+        last = sent[-1]["content"]
+        assert last.startswith(asked) and FACT in last
+        placed = headers["x-ctxgate-recalled-ahead"]
+        assert placed.startswith("m") and f"{placed.split(',')[0]} (tool)" in last
+        # The next request: the placement stays where it was, once.
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "ok"}]
+        _, later = ask(proxy, messages)
+        again = forwarded(sim)[-1]["messages"]
+        assert again[: len(sent)] == sent
+        assert json.dumps(again).count("[ctxgate recalled these") == 1
+        assert "x-ctxgate-recalled-ahead" not in later
+        events = ahead_events(proxy)
+    assert [e["outcome"] for e in events] == [placed]  # one placement, reported once
+
+
+def test_the_switch_turns_it_off(sim: Simulator, tmp_path: Any) -> None:
+    with proxy_for(sim, tmp_path, ahead=False) as proxy:
+        messages = history()
+        messages[-1] = {"role": "user", "content": "Go on with the handlers."}
+        ask(proxy, messages)
+        messages += [
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Show me what REVIEW.md says, please."},
+        ]
+        text, headers = ask(proxy, messages)
+    assert text == "I do not know." and "x-ctxgate-recalled-ahead" not in headers
