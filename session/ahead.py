@@ -21,9 +21,10 @@ them and leaves the tail as the client sent it.
 from __future__ import annotations
 
 import logging
+import re
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -93,18 +94,40 @@ def question(messages: Sequence[Message]) -> str | None:
     return text if "?" in text and len(search_terms(text).distinct()) >= _STRONG else None
 
 
-def passage(found: ArchivedMessage, about: str) -> str:
-    """An archived message as placed: its handle and role, and its text around `about`."""
+def passage(found: ArchivedMessage, about: str | Sequence[str]) -> str:
+    """An archived message as placed: its handle and role, and its text around `about` (a
+    name, or where most of a question's terms meet)."""
     message = cast(Message, found.message)
     text = content_text(message)
     calls = [str(c.get("function", {}).get("arguments") or "") for c in tool_calls_of(message)]
     text = "\n".join(filter(None, [text, *calls]))
-    at = max(0, text.lower().find(about.lower()))
+    lowered = text.lower()
+    at = lowered.find(about.lower()) if isinstance(about, str) else densest(lowered, about, 200)
+    at = max(0, at)
     start = max(0, at - _PASSAGE_CHARS // 3)
     piece = text[start : start + _PASSAGE_CHARS]
     lead, tail = ("…" if start else ""), ("…" if start + _PASSAGE_CHARS < len(text) else "")
     role = str(message.get("role") or "?")
     return f"{handle(found.position)} ({role}): {lead}{piece}{tail}"
+
+
+def densest(text: str, terms: Iterable[str], width: int) -> int:
+    """Where the most distinct query terms fall within `width` characters (the first such
+    place): a word met alone early on (a path, a header) is not where the answer is."""
+    hits = sorted((m.start(), t) for t in terms for m in re.finditer(re.escape(t), text))
+    counts: Counter[str] = Counter()
+    best, at, low = 0, 0, 0
+    for position, term in hits:  # a window sliding over the hits, one pass
+        counts[term] += 1
+        while hits[low][0] < position - width:
+            gone = hits[low][1]
+            counts[gone] -= 1
+            if not counts[gone]:
+                del counts[gone]
+            low += 1
+        if len(counts) > best:
+            best, at = len(counts), hits[low][0]
+    return at
 
 
 def with_text(message: Message, text: str) -> Message:
@@ -190,7 +213,7 @@ class Foresight:
                 for found in await self.store.search_archive(turn.key, asked, 1):
                     text = content_text(cast(Message, found.message)).lower()
                     if sum(t in text for t in terms) >= _STRONG:
-                        chosen.setdefault(found.position, passage(found, terms[0]))
+                        chosen.setdefault(found.position, passage(found, terms))
         except StorageError as exc:
             log.warning("session %s: recall before asking could not search: %s", turn.key.key, exc)
             return None

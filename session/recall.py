@@ -10,8 +10,6 @@ and `max_tokens` tokens of archived text, and never more than the window has roo
 from __future__ import annotations
 
 import logging
-import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -27,7 +25,7 @@ from compression import (
     handle,
     parse_handles,
 )
-from session.ahead import Foresight
+from session.ahead import Foresight, densest
 from session.config.settings import RecallSettings
 from session.metrics import Metrics
 from session.ports.frontdoor import AnswerCalls, ToolCall
@@ -241,29 +239,9 @@ class Archive:
 
 def _snippet(text: str, terms: set[str]) -> str:
     header, _, body = text.partition("\n")
-    start = max(0, _densest(body.lower(), terms) - _SNIPPET // 3)
+    start = max(0, densest(body.lower(), terms, _SNIPPET // 2) - _SNIPPET // 3)
     piece = body[start : start + _SNIPPET].replace("\n", " ")
     return f"{header} {'…' if start else ''}{piece}{'…' if start + _SNIPPET < len(body) else ''}"
-
-
-def _densest(text: str, terms: set[str]) -> int:
-    """Where the most distinct query terms fall within half a snippet's width (the first such
-    place): a word met alone early on (a path, a header) is not where the answer is."""
-    hits = sorted((m.start(), t) for t in terms for m in re.finditer(re.escape(t), text))
-    width = _SNIPPET // 2
-    counts: Counter[str] = Counter()
-    best, at, low = 0, 0, 0
-    for position, term in hits:  # a window sliding over the hits, one pass
-        counts[term] += 1
-        while hits[low][0] < position - width:
-            gone = hits[low][1]
-            counts[gone] -= 1
-            if not counts[gone]:
-                del counts[gone]
-            low += 1
-        if len(counts) > best:
-            best, at = len(counts), hits[low][0]
-    return at
 
 
 def _shown(position: int, message: Message) -> str:
