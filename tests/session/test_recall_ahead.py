@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 
 from session.identity import scope_for
+from tests.servers import ProxyServer, settings_for
 from tests.session.test_recall import (
     FACT,
     MODEL,
@@ -107,3 +109,78 @@ def test_the_switch_turns_it_off(sim: Simulator, tmp_path: Any) -> None:
         ]
         text, headers = ask(proxy, messages)
     assert text == "I do not know." and "x-ctxgate-recalled-ahead" not in headers
+
+
+def anthropic_history() -> list[dict[str, Any]]:
+    """The same conversation as Claude Code sends it: tool_use and tool_result blocks."""
+    out: list[dict[str, Any]] = []
+    for message in history()[1:]:
+        if message["role"] == "user":
+            out.append({"role": "user", "content": [{"type": "text", "text": message["content"]}]})
+        elif message["role"] == "assistant":
+            call = message["tool_calls"][0]
+            block = {
+                "type": "tool_use",
+                "id": f"toolu_{call['id']}",
+                "name": "read_file",
+                "input": json.loads(call["function"]["arguments"]),
+            }
+            out.append({"role": "assistant", "content": [block]})
+        else:
+            result = {
+                "type": "tool_result",
+                "tool_use_id": f"toolu_{message['tool_call_id']}",
+                "content": message["content"],
+            }
+            out.append({"role": "user", "content": [result]})
+    return out
+
+
+def test_on_the_messages_api_the_passage_ends_the_last_user_turn(
+    sim: Simulator, tmp_path: Any
+) -> None:
+    tools = [
+        {
+            "name": "read_file",
+            "description": "Read a file",
+            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+        }
+    ]
+    settings = settings_for(
+        sim.base_url,
+        str(tmp_path / "ahead.db"),
+        api_key=None,
+        models=[{"match": "*", "upstream": "sim", "context_length": WINDOW}],
+        compression={"background": False, "recall": {"ahead": True}},
+        upstreams={"sim": {"base_url": sim.base_url, "apis": ["chat", "messages"]}},
+    )
+    with ProxyServer(settings) as proxy:
+        client = anthropic.Anthropic(
+            base_url=proxy.base_url.removesuffix("/v1"), api_key="sk-recall", max_retries=0
+        )
+        messages = anthropic_history()
+        messages[-1] = {"role": "user", "content": [{"type": "text", "text": "Go on."}]}
+
+        def send() -> tuple[str, dict[str, str]]:
+            raw = client.messages.with_raw_response.create(
+                model=MODEL,
+                max_tokens=512,
+                system="You are a coding agent in /srv/app.",
+                messages=messages,  # type: ignore[arg-type]
+                tools=tools,  # type: ignore[arg-type]
+                extra_headers={"X-Session-Id": "ahead-messages"},
+            )
+            blocks = raw.parse().content
+            return "".join(b.text for b in blocks if b.type == "text"), dict(raw.headers)
+
+        send()
+        messages += [
+            {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+            {"role": "user", "content": [{"type": "text", "text": "What does REVIEW.md say?"}]},
+        ]
+        text, headers = send()
+    sent = [r for r in sim.received if r.is_messages and not r.is_summary][-1].body["messages"]
+    assert text == f"From view: {FACT}."
+    assert "x-ctxgate-recalled-ahead" in headers
+    last = sent[-1]["content"]
+    assert last[0]["text"] == "What does REVIEW.md say?" and FACT in json.dumps(last)
