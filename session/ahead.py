@@ -238,11 +238,11 @@ class Foresight:
         event = EventRecord(
             sk=turn.key,
             trigger="recall-ahead",
-            outcome=",".join(made.handles),
+            outcome="placed",
             tokens_before=0,
             tokens_after=made.tokens,
             messages_before=len(turn.view),
-            messages_after=len(turn.view),
+            messages_after=len(made.handles),  # the passages placed
             duration_ms=seconds * 1000,
         )
         try:

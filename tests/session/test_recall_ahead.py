@@ -95,7 +95,11 @@ def test_the_passage_the_turn_names_is_put_at_the_end(
         assert json.dumps(again).count("[ctxgate recalled these") == 1
         assert "x-ctxgate-recalled-ahead" not in later
         events = ahead_events(proxy)
-    assert [e["outcome"] for e in events] == [placed]  # one placement, reported once
+    # One placement, reported once: its passages and their tokens.
+    assert [(e["outcome"], e["messages_after"]) for e in events] == [
+        ("placed", len(placed.split(",")))
+    ]
+    assert events[0]["tokens_after"] > 0
 
 
 def test_the_switch_turns_it_off(sim: Simulator, tmp_path: Any) -> None:
