@@ -56,7 +56,7 @@ from compression.state import EngineState, blocked_reason, record_real_usage
 from compression.summary.failures import ABORT_CLASSES, SummaryFailure, classify_error
 from compression.summary.handles import RECALL_TOOL, handle, parse_handles, with_handles
 from compression.summary.handoff import handoff_text, parse_handoff, view_summaries
-from compression.summary.prompts import USER_CLOSE, USER_OPEN
+from compression.summary.prompts import RECALLED_CLOSE, RECALLED_OPEN, USER_CLOSE, USER_OPEN
 from compression.thresholds import (
     Limits,
     agent_threshold,
@@ -73,6 +73,8 @@ __all__ = [
     "ENGINES",
     "FAILURE_CLASSES",
     "IMAGE_PARTS",
+    "RECALLED_CLOSE",
+    "RECALLED_OPEN",
     "RECALL_TOOL",
     "USER_CLOSE",
     "USER_OPEN",

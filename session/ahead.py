@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from compression import (
+    RECALLED_CLOSE,
+    RECALLED_OPEN,
     Message,
     TokenCounter,
     content_text,
@@ -43,11 +45,7 @@ from storage import ArchivedMessage, EventRecord, SessionStore, StorageError, se
 
 log = logging.getLogger("ctxgate.recall")
 
-OPEN = (
-    "[ctxgate recalled these archived passages, which the turn above names; read one in full "
-    "with ctxgate_recall and its handle]"
-)
-CLOSE = "[end of recalled passages]"
+OPEN, CLOSE = RECALLED_OPEN, RECALLED_CLOSE
 _NAMES = 8  # names of the newest turn looked up, at most
 _PASSAGES = 4  # passages placed for one turn, at most
 _PASSAGE_CHARS = 600  # of an archived message, around what the turn names

@@ -33,6 +33,8 @@ from compression.summary.prompts import (
     LAST_REPLY_HEADER,
     LEGACY_USER_CLOSE,
     LEGACY_USER_OPEN,
+    RECALLED_CLOSE,
+    RECALLED_OPEN,
     REPLY_CLOSE,
     REPLY_OPEN,
     SUMMARY_PREFIX,
@@ -222,9 +224,20 @@ def without_restatement(text: str) -> str:
 
 
 def user_text(message: Message) -> str:
-    """What the user wrote in a message, with any summary or restatement marker removed."""
+    """What the user wrote in a message, with any summary or restatement marker, and any
+    passages ctxgate recalled into it, removed."""
     text = handoff_text(message)
     if text is not None:
         parsed = parse_handoff(text)
-        return without_restatement(parsed.remainder) if parsed is not None else ""
-    return without_restatement(content_text(message))
+        return without_recalled(without_restatement(parsed.remainder)) if parsed else ""
+    return without_recalled(without_restatement(content_text(message)))
+
+
+def without_recalled(text: str) -> str:
+    """`text` without the blocks of passages ctxgate appended to it."""
+    while (start := text.find(RECALLED_OPEN)) >= 0:
+        end = text.find(RECALLED_CLOSE, start)
+        if end < 0:
+            break
+        text = text[:start].rstrip("\n") + text[end + len(RECALLED_CLOSE) :]
+    return text

@@ -75,7 +75,8 @@ def carry_candidates(
         if summary is not None and has_output_marker(text):
             continue  # a tool observation the summary was merged into
         if text.strip():
-            known = figures.tokens[index] if summary is None else None
+            plain = summary is None and text == content_text(message)
+            known = figures.tokens[index] if plain else None
             found.append(Carried(text, known, states_instruction(text), not replied, index))
     return mark_superseded([*found, *_later_words(messages, end)])
 
