@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from compression.messages.content import content_text, with_text
 from compression.messages.types import Message
-from compression.summary.handoff import handoff_text, parse_handoff
+from compression.summary.handoff import handoff_text, parse_handoff, without_recalled
 from compression.summary.prompts import FILE_CLOSE, FILE_OPEN, FILES_HEADER
 from compression.verbatim.fileops import FileOp, file_ops
 from compression.verbatim.userwords import clip
@@ -78,9 +78,8 @@ def newest_reads(
             continue
         known = newest.get(op.path)
         if known is None or known.at <= op.result:
-            newest[op.path] = FileRead(
-                op.path, content_text(messages[op.result]), op.result, op.result, False
-            )
+            text = without_recalled(content_text(messages[op.result]))
+            newest[op.path] = FileRead(op.path, text, op.result, op.result, False)
     touched: dict[str, int] = {}
     edited: set[str] = set()
     rewritten: set[str] = set()  # written whole after the read: the read is out of date
