@@ -94,7 +94,13 @@ def _view_text(body: dict[str, Any]) -> str:
 
 
 def _last_step(body: dict[str, Any]) -> int:
-    """The step the last tool result reports done (0 before any)."""
+    """The step the last tool result reports done (0 before any): its own report, not an
+    older one quoted after it (a proxy may append recalled passages to the result)."""
+    messages = body.get("messages")
+    tools = [m for m in messages or [] if isinstance(m, dict) and m.get("role") == "tool"]
+    own = _STEP.search(json.dumps(tools[-1].get("content"), ensure_ascii=False)) if tools else None
+    if own is not None:
+        return int(own.group(1))
     found = _STEP.findall(_view_text(body))
     return int(found[-1]) if found else 0
 
