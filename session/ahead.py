@@ -50,6 +50,7 @@ _NAMES = 8  # names of the newest turn looked up, at most
 _PASSAGES = 4  # passages placed for one turn, at most
 _PASSAGE_CHARS = 600  # of an archived message, around what the turn names
 _STRONG = 3  # distinct question terms a full-text hit must hold
+_QUESTION_HITS = 5  # full-text hits of a question weighed by how many of its terms they hold
 _LINEAGES = 2048  # lineages whose placements this process remembers
 
 
@@ -90,6 +91,18 @@ def question(messages: Sequence[Message]) -> str | None:
         return None
     text = content_text(messages[-1]).strip()
     return text if "?" in text and len(search_terms(text).distinct()) >= _STRONG else None
+
+
+def strongest(hits: Sequence[ArchivedMessage], terms: Sequence[str]) -> ArchivedMessage | None:
+    """The hit holding the most distinct terms of the question (the search's order breaks
+    ties), when it holds at least `_STRONG`: a message about the east gate shares "access
+    code gate" with a question about the north gate, the right one holds "north" too."""
+    scored = [
+        (sum(t in content_text(cast(Message, hit.message)).lower() for t in terms), -n, hit)
+        for n, hit in enumerate(hits)
+    ]
+    best = max(scored, key=lambda s: (s[0], s[1]), default=None)
+    return best[2] if best is not None and best[0] >= _STRONG else None
 
 
 def passage(found: ArchivedMessage, about: str | Sequence[str]) -> str:
@@ -208,10 +221,10 @@ class Foresight:
             asked = question(turn.messages)
             if asked is not None and len(chosen) < _PASSAGES:
                 terms = search_terms(asked).distinct()
-                for found in await self.store.search_archive(turn.key, asked, 1):
-                    text = content_text(cast(Message, found.message)).lower()
-                    if sum(t in text for t in terms) >= _STRONG:
-                        chosen.setdefault(found.position, passage(found, terms))
+                hits = await self.store.search_archive(turn.key, asked, _QUESTION_HITS)
+                best = strongest(hits, terms)
+                if best is not None:
+                    chosen.setdefault(best.position, passage(best, terms))
         except StorageError as exc:
             log.warning("session %s: recall before asking could not search: %s", turn.key.key, exc)
             return None

@@ -17,7 +17,9 @@ import anthropic
 import httpx
 import pytest
 
+from session.ahead import strongest
 from session.identity import scope_for
+from storage import ArchivedMessage, search_terms
 from tests.servers import ProxyServer, settings_for
 from tests.session.test_recall import (
     FACT,
@@ -188,3 +190,15 @@ def test_on_the_messages_api_the_passage_ends_the_last_user_turn(
     assert "x-ctxgate-recalled-ahead" in headers
     last = sent[-1]["content"]
     assert last[0]["text"] == "What does REVIEW.md say?" and FACT in json.dumps(last)
+
+
+def test_a_question_gets_the_passage_that_holds_most_of_its_words() -> None:
+    def archived(position: int, text: str) -> ArchivedMessage:
+        return ArchivedMessage(position, {"role": "tool", "content": text}, 1, 0.0)
+
+    east = archived(4, "The access code for the east gate is NEEDLE-1.")
+    north = archived(9, "The access code for the north gate is NEEDLE-2.")
+    other = archived(12, "The gate log rotated.")
+    terms = search_terms("What is the access code for the north gate?").distinct()
+    assert strongest([east, north, other], terms) is north  # the search ranked east first
+    assert strongest([other], terms) is None  # one shared word is no match
