@@ -13,7 +13,8 @@ each was seen, newest first:
 `user` = written by the user; `agent` = used in the assistant's text or tool-call arguments
 (what the conversation acted on); `tools` = only seen in tool output. A name alone says little:
 each anchor comes with the line it was found on (`key: value`, `id — what it is`), cut to
-`MAX_GLOSS_CHARS`; neighbours found on the same line share it. Within a tier the working set's
+`MAX_GLOSS_CHARS`, within half as many tokens again as the names take (the best-ranked anchors get
+theirs first); neighbours found on the same line share it. Within a tier the working set's
 entities come first (see `compression.verbatim.workingset`), then the newest. Everything here
 is pure.
 """
@@ -34,6 +35,7 @@ SCAN_TAIL_CHARS = 1500  # outcomes and final values at the end
 SCAN_CHARS_PER_TIER = 30_000  # newest first; bounds the work on huge regions (~2 ms a tier)
 MAX_GLOSS_CHARS = 100  # of the line that says what an anchor is
 GLOSS = " — "
+GLOSS_SHARE = 0.5  # of the anchors' budget, what their lines may take besides
 
 _CODE_EXTENSIONS = (
     "py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|cfg|ini|conf|txt|md|rst|c|h|cc|cpp|hpp|go|rs|"
@@ -225,53 +227,72 @@ def select_anchors(
     meaning: Mapping[str, str] | None = None,
     rank: Callable[[str], int] | None = None,
 ) -> AnchorIndex:
-    """Anchors within `budget` tokens, each with its line, skipping what the view already
-    holds verbatim. `rank` orders each tier (stable: ties stay newest first), the working set's
-    entities first.
+    """Anchors within `budget` tokens, skipping what the view already holds verbatim, and the
+    lines that say what they are within half as much again. `rank` orders each tier (stable: ties
+    stay newest first), the working set's entities first.
 
     Each tier first gets its share of the budget; what a tier leaves unused goes to the
-    others in tier order, so a session without user-stated ids spends it on tool ids.
+    others in tier order, so a session without user-stated ids spends it on tool ids. The
+    names are chosen first: a line costs five names, and an id the model cannot see at all
+    is worse than one it sees without its line. The lines go to the best-ranked anchors.
     """
     chosen: list[list[str]] = [[] for _ in TIERS]
     if budget <= 0:
         return AnchorIndex()
     meaning = meaning or {}
     ordered = [sorted(tier, key=rank) if rank is not None else tier for tier in tiers]
-    queues = [_Queue(tier, present, meaning) for tier in ordered]
+    queues = [_Queue(tier, present) for tier in ordered]
     left = budget
     for position, share in enumerate(TIER_SHARES):
         left -= queues[position].fill(chosen[position], int(budget * share), count)
     for position in range(len(TIERS)):
         left -= queues[position].fill(chosen[position], left, count)
-    kept = tuple((v, meaning[v]) for tier in chosen for v in tier if meaning.get(v))
+    kept = _glossed(chosen, meaning, int(budget * GLOSS_SHARE), count)
     return AnchorIndex(tuple(chosen[0]), tuple(chosen[1]), tuple(chosen[2]), kept)
+
+
+def _glossed(
+    chosen: Sequence[Sequence[str]],
+    meaning: Mapping[str, str],
+    room: int,
+    count: Callable[[str], int],
+) -> tuple[tuple[str, str], ...]:
+    """The lines of the chosen anchors, in order, within `room` tokens; neighbours on one
+    line share it (it is written once)."""
+    kept: list[tuple[str, str]] = []
+    for tier in chosen:
+        previous = ""
+        for value in tier:
+            line = meaning.get(value, "")
+            if line and line != previous:
+                cost = count(GLOSS + line + "\n")
+                if cost > room:
+                    line = ""
+                else:
+                    room -= cost
+            if line:
+                kept.append((value, line))
+            previous = line
+    return tuple(kept)
 
 
 class _Queue:
     """One tier's candidates in order; what the view already holds is skipped lazily."""
 
-    def __init__(
-        self, values: Sequence[str], present: Callable[[str], bool], meaning: Mapping[str, str]
-    ) -> None:
+    def __init__(self, values: Sequence[str], present: Callable[[str], bool]) -> None:
         self.values = values
         self.present = present
-        self.meaning = meaning
         self.next = 0
 
     def fill(self, chosen: list[str], allowance: int, count: Callable[[str], int]) -> int:
-        """Move anchors to `chosen` in order while they fit `allowance`; returns tokens used.
-        An anchor costs its name and, unless the one before it shares it, its line."""
+        """Move anchors to `chosen` in order while they fit `allowance`; returns tokens used."""
         used = 0
         while self.next < len(self.values):
             value = self.values[self.next]
             if self.present(value):
                 self.next += 1
                 continue
-            line = self.meaning.get(value, "")
-            shared = chosen and line and self.meaning.get(chosen[-1], "") == line
-            cost = count(value + SEPARATOR) + (
-                count(GLOSS + line + "\n") if line and not shared else 0
-            )
+            cost = count(value + SEPARATOR)
             if used + cost > allowance:
                 break
             chosen.append(value)

@@ -192,15 +192,19 @@ def _names(tally: _Tally, text: str, tier: int, at: int) -> None:
 
 
 def _merge_files(tally: _Tally) -> None:
-    """A file named one way and read or edited another way is one entity, under the name
-    the tools use (what fileops reports): its reasons are joined."""
-    for name in list(tally.reasons):
-        if name in tally.tools or entity_kind(name) != "file":
+    """A file named one way and read or edited another way is one file: each path the tools
+    used gets the reasons of every name of the same file (two tool paths of one file keep
+    both, as the reads know them by their own); a name no tool used is folded into them."""
+    tools = sorted(p for p in tally.tools if p in tally.reasons)
+    for name in sorted(tally.reasons):
+        if entity_kind(name) != "file":
             continue
-        into = next((p for p in tally.tools if same_file(p, name)), None)
-        if into is not None:
-            tally.reasons[into] |= tally.reasons.pop(name)
-            tally.last[into] = max(tally.last[into], tally.last.pop(name))
+        matches = [p for p in tools if p != name and same_file(p, name)]
+        for path in matches:
+            tally.reasons[path] = tally.reasons[path] | tally.reasons[name]
+            tally.last[path] = max(tally.last[path], tally.last[name])
+        if matches and name not in tally.tools:
+            del tally.reasons[name], tally.last[name]
 
 
 def _ranked(tally: _Tally) -> WorkingSet:
