@@ -12,10 +12,10 @@ the best few passages back, each with its handle:
 The passages are appended to the newest message, so only the tail of the request changes and
 the provider's cached prefix holds. A placement stays where it was put on every later request
 of the lineage until its next compression (a new checkpoint), so that prefix keeps holding; a
-passage already placed, or whose text the view holds, is never put in twice. All of it is
-bounded by `ahead_share` of the window, searched only for lineages with an archive, and
-turned off with `ahead: false`. Placements live in this process: another worker does not see
-them and leaves the tail as the client sent it.
+passage already placed, or whose text the view holds, is never put in twice. All of a
+lineage's placements together are bounded by `ahead_share` of the window; only lineages with
+an archive are searched; `ahead: false` turns it off. Placements live in this process:
+another worker does not see them and leaves the tail as the client sent it.
 """
 
 from __future__ import annotations
@@ -208,7 +208,12 @@ class Foresight:
         older = view[: _turn_start(view)]
         told = "\n".join(_texts([m for m in older if handoff_text(m) is None]))
         placed = {h for p in placements for h in p.handles}
-        budget = int(turn.context_length * self.settings.ahead_share)
+        # One share of the window for all the lineage's placements until its next compression:
+        # each stays in every later request, so per-request shares would pile up.
+        spent = sum(p.tokens for p in placements)
+        budget = int(turn.context_length * self.settings.ahead_share) - spent
+        if budget <= 0:
+            return None
         counter = self.counter(turn)
         chosen: dict[int, str] = {}
         try:

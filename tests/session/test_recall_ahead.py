@@ -202,3 +202,24 @@ def test_a_question_gets_the_passage_that_holds_most_of_its_words() -> None:
     terms = search_terms("What is the access code for the north gate?").distinct()
     assert strongest([east, north, other], terms) is north  # the search ranked east first
     assert strongest([other], terms) is None  # one shared word is no match
+
+
+def test_the_lineages_placements_share_one_budget(sim: Simulator, tmp_path: Any) -> None:
+    """Each placement stays in every later request until the next compression, so all of
+    them together stay within `ahead_share` of the window: here room for one passage."""
+    with proxy_for(sim, tmp_path, ahead=True, ahead_share=0.03) as proxy:
+        messages = history()
+        messages[-1] = {"role": "user", "content": "Go on with the handlers."}
+        ask(proxy, messages)
+        messages += [
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Show me what REVIEW.md says, please."},
+        ]
+        _, first = ask(proxy, messages)
+        messages += [
+            {"role": "assistant", "content": "Shown."},
+            {"role": "user", "content": "And what does handler_5_3 return?"},
+        ]
+        _, second = ask(proxy, messages)
+    assert "x-ctxgate-recalled-ahead" in first
+    assert "x-ctxgate-recalled-ahead" not in second
