@@ -26,7 +26,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import cast
 
 from compression import (
     RECALLED_CLOSE,
@@ -141,17 +141,6 @@ def densest(text: str, terms: Iterable[str], width: int) -> int:
     return at
 
 
-def with_text(message: Message, text: str) -> Message:
-    """`message` with `text` appended to its content (a part of its own in a list)."""
-    content: Any = message.get("content")
-    out = dict(message)
-    if isinstance(content, list):
-        out["content"] = [*content, {"type": "text", "text": text}]
-    else:
-        out["content"] = f"{content or ''}\n\n{text}"
-    return cast(Message, out)
-
-
 class Foresight:
     """Places and keeps the passages of recall before asking, per lineage and checkpoint."""
 
@@ -201,7 +190,7 @@ class Foresight:
     async def _place(
         self, turn: Turn, placements: list[Placement], at: int, digest: str
     ) -> Placement | None:
-        view = _placed(turn, placements).view
+        view = _placed(turn, placements).forwarded_view()
         shown = "\n".join(_texts(view))
         # What the view says of a name before the newest turn; a name the handoff only lists
         # (anchors, working set) is not what the archive says of it.
@@ -268,19 +257,20 @@ class Foresight:
 
 
 def _placed(turn: Turn, placements: Sequence[Placement]) -> Turn:
-    """The turn with each placement appended to its client message in the view."""
+    """The turn with each placement to be appended to its client message when forwarded (the
+    view the session keeps, compresses and measures stays the client's)."""
     if not placements:
         return turn
-    view = list(turn.view)
+    view = turn.view
+    placed: list[tuple[int, str]] = []
     for placement in placements:
         index = turn.replacement_len + placement.at - turn.prefix_len
         if turn.replacement_len <= index < len(view) and view[index] is turn.messages[placement.at]:
-            view[index] = with_text(view[index], placement.text)
+            placed.append((index, placement.text))
     newest = [p for p in placements if p.at == len(turn.messages) - 1]
     return replace(
         turn,
-        view=view,
-        estimate=None,
+        placed=tuple(placed),
         ahead=tuple(h for p in newest for h in p.handles),
         ahead_tokens=sum(p.tokens for p in placements),
     )

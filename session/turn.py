@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any, cast
 
 from compression import EngineState, Message, ToolSchema, chained_digests
 from session.config.settings import ModelRule
@@ -60,6 +61,9 @@ class Turn:
     recalls: int = 0  # recall rounds answered for this request
     recalled_tokens: int = 0  # tokens of archived text those rounds read back
     ahead: tuple[str, ...] = ()  # handles recall before asking put in view for this request
+    # (view index, text) ctxgate appends to that message when forwarding (recall before
+    # asking): in what the provider gets only, never in the view the session keeps.
+    placed: tuple[tuple[int, str], ...] = ()
     ahead_tokens: int = 0  # what the lineage's placements add to the view
 
     @property
@@ -107,7 +111,17 @@ class Turn:
 
     def upstream_body(self) -> bytes:
         """The body to send: the client's bytes when nothing changed, else the view rendered."""
-        return self.door.render(self.request, self.view, self.max_tokens, self.tools)
+        return self.door.render(self.request, self.forwarded_view(), self.max_tokens, self.tools)
+
+    def forwarded_view(self) -> list[Message]:
+        """The view as forwarded: with the passages placed in it."""
+        if not self.placed:
+            return self.view
+        view = list(self.view)
+        for index, text in self.placed:
+            if index < len(view):
+                view[index] = with_text(view[index], text)
+        return view
 
     def response_headers(self) -> dict[str, str]:
         headers = {"x-session-id": self.ident.session_id}
@@ -173,3 +187,14 @@ def reservation(turn: Turn) -> int | None:
     client's, else the model rule's; at most a share of the window."""
     requested = turn.max_tokens or turn.request.max_tokens or turn.rule.max_output_tokens
     return output_reservation(requested, turn.context_length)
+
+
+def with_text(message: Message, text: str) -> Message:
+    """`message` with `text` appended to its content (a part of its own in a list)."""
+    content: Any = message.get("content")
+    out = dict(message)
+    if isinstance(content, list):
+        out["content"] = [*content, {"type": "text", "text": text}]
+    else:
+        out["content"] = f"{content or ''}\n\n{text}"
+    return cast(Message, out)
