@@ -9,10 +9,12 @@
 
 Each session (tau-bench airline conversations chained; SWE-agent text-action and
 function-calling trajectories chained; OpenCode and aider transcripts recorded against the
-simulator, bench/record_agents.py) is replayed turn by turn through a real ctxgate in front of
-the provider simulator with the official OpenAI SDK: the history is always the ORIGINAL one and
-only ctxgate's forwarded view differs. Compared with the full history and with JetBrains-style
-observation masking (last 10 tool outputs kept). After the last turn the client asks about every
+simulator, bench/record_agents.py; and one-task coding sessions, SWE-agent trajectories chained
+under the first one's task statement alone) is replayed turn by turn through a real ctxgate in
+front of the provider simulator with the official OpenAI SDK: the history is always the
+ORIGINAL one and only ctxgate's forwarded view differs. Compared with the full history and with
+JetBrains-style observation masking (last 10 tool outputs kept). After the last turn the client
+asks about every
 planted fact; the simulator's recall model answers from the view or through ctxgate's recall
 tool. Metrics: planted facts answered (and how many via recall), recoverable retention (in
 view verbatim, or named by a handle and held in ctxgate's archive, read over the admin API),
@@ -24,7 +26,8 @@ in the request the model answered with an edit of it, prompt-cache prefix reuse,
 tokens (prompt tokens priced with cache tiers, OpenAI- and Anthropic-style), compressions
 by trigger, added latency with background compression on and off, and shadow agreement per
 window (ctxgate's shadow checks on a replay answered by the simulator's in-view model,
-deterministic and sampled: B vs A agreement beside the A' vs A noise floor). Writes eval.json,
+deterministic and sampled: B vs A agreement beside the A' vs A noise floor). The never-recall
+arm's model answers only from its view (it never calls the recall tool). Writes eval.json,
 eval.md and eval.png under --out (default bench/results/) and prints the Markdown tables.
 """
 
@@ -68,6 +71,7 @@ def config_from(args: argparse.Namespace) -> EvalConfig:
         llama_url=llama,
         quick=args.quick,
         shadow=not args.no_shadow,
+        one_task=args.one_task if args.one_task is not None else (0 if args.quick else 2),
     )
 
 
@@ -100,6 +104,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--llama", help="real-model probes: a /v1 base URL, or 'auto' to start SmolLM2"
+    )
+    parser.add_argument(
+        "--one-task",
+        type=int,
+        help="one-task coding sessions per window, beside the chained ones (default 2; quick 0)",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     parser.add_argument("--no-progress", action="store_true")

@@ -40,7 +40,7 @@ from compression.engine import (
 )
 from compression.messages.content import content_text
 from compression.messages.digest import chain_digest, chained_digests, message_digest
-from compression.messages.toolpairs import sanitize_tool_pairs
+from compression.messages.toolpairs import sanitize_tool_pairs, tool_calls_of
 from compression.messages.types import (
     ContentPart,
     FunctionCall,
@@ -61,7 +61,7 @@ from compression.summary.failures import (
 )
 from compression.summary.handles import RECALL_TOOL, handle, parse_handles, with_handles
 from compression.summary.handoff import handoff_text, parse_handoff, view_summaries
-from compression.summary.prompts import USER_CLOSE, USER_OPEN
+from compression.summary.prompts import RECALLED_CLOSE, RECALLED_OPEN, USER_CLOSE, USER_OPEN
 from compression.thresholds import (
     Limits,
     agent_threshold,
@@ -69,6 +69,7 @@ from compression.thresholds import (
     hygiene_due,
     limits_for,
 )
+from compression.verbatim.anchors import find_anchors
 from compression.verbatim.fileops import FileOp, file_ops
 from compression.verbatim.preamble import preamble_end, system_end
 
@@ -77,6 +78,8 @@ __all__ = [
     "ENGINES",
     "FAILURE_CLASSES",
     "IMAGE_PARTS",
+    "RECALLED_CLOSE",
+    "RECALLED_OPEN",
     "RECALL_TOOL",
     "USER_CLOSE",
     "USER_OPEN",
@@ -118,6 +121,7 @@ __all__ = [
     "effective_window",
     "engine_limits",
     "file_ops",
+    "find_anchors",
     "handle",
     "handoff_text",
     "hygiene_due",
@@ -130,6 +134,7 @@ __all__ = [
     "record_real_usage",
     "sanitize_tool_pairs",
     "system_end",
+    "tool_calls_of",
     "view_summaries",
     "with_failure",
     "with_handles",

@@ -70,6 +70,7 @@ from compression.verbatim.reads import (
 )
 from compression.verbatim.reads import superseded as superseded_reads
 from compression.verbatim.userwords import Selection
+from compression.verbatim.workingset import WorkingSet, working_set
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class _Pass:
     pins: PinPlan = PinPlan()  # client-placed content every compressed view keeps
     ops: tuple[FileOp, ...] = ()  # the files the view reads and edits
     reads: tuple[FileRead, ...] = ()  # the newest read of each file
+    working: WorkingSet = WorkingSet()  # what the conversation works on, ranked
 
     @property
     def calibration(self) -> float:
@@ -156,7 +158,8 @@ class Compressor:
         if too_large is not None:
             return run.unchanged("rejected", with_strike(state, ctx.now), too_large)
         ops = tuple(file_ops(view))
-        run = replace(run, pins=_pins(run), ops=ops, reads=tuple(newest_reads(view, ops)))
+        reads = tuple(newest_reads(view, ops))
+        run = replace(run, pins=_pins(run), ops=ops, reads=reads, working=working_set(view, ops))
         if run.pins.refused is not None:
             return run.unchanged("rejected", with_strike(state, ctx.now), run.pins.refused)
         plan = _plan(run, state)
@@ -369,14 +372,28 @@ def _finish(
         plan.budgets.files,
         count,
         kept_text.__contains__,
+        run.working,
     )
-    # What the files leave of their budget goes to the user's words.
+    working = run.working.carried()
+    # What the files leave of their budget goes to the user's words; the working set's lines
+    # come out of the anchors' (they name the same things, with why).
     spare = max(0, plan.budgets.files - files.tokens)
-    carrying = replace(plan, budgets=replace(plan.budgets, carry=plan.budgets.carry + spare))
+    lines = count("\n".join(f"- {name} ({', '.join(why)})" for name, why in working))
+    budgets = replace(plan.budgets, carry=plan.budgets.carry + spare)
+    budgets = replace(budgets, anchors=max(0, budgets.anchors - lines))
+    carrying = replace(plan, budgets=budgets)
     users, anchors = carry_section(
-        view, carrying, figures, options, count, kept, frozenset(lifted), (body, reply or "")
+        view,
+        carrying,
+        figures,
+        options,
+        count,
+        kept,
+        frozenset(lifted),
+        (body, reply or ""),
+        run.working,
     )
-    handoff = Handoff(body, users.texts, reply, anchors, files.files)
+    handoff = Handoff(body, users.texts, reply, anchors, files.files, working)
     result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
     after = figures.view(result)
     projected = int(after * run.calibration)

@@ -227,7 +227,11 @@ def _compression(r: Reader, upstreams: Mapping[str, UpstreamSettings]) -> Compre
         enabled=c.get("enabled", bool, dc.enabled),
         max_rounds=c.positive("max_rounds", int, dc.max_rounds),
         max_tokens=c.positive("max_tokens", int, dc.max_tokens),
+        ahead=c.get("ahead", bool, dc.ahead),
+        ahead_share=c.positive("ahead_share", float, dc.ahead_share),
     )
+    if recall.ahead_share > 0.5:
+        raise SettingsError("compression.recall.ahead_share: at most 0.5 of the window")
     c.done()
     shadow = _shadow(r.child("shadow"))
     if summary.upstream != "auto" and upstreams and summary.upstream not in upstreams:

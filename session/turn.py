@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any, cast
 
 from compression import EngineState, Message, ToolSchema, chained_digests
 from session.config.settings import ModelRule
@@ -60,6 +61,11 @@ class Turn:
     recalls: int = 0  # recall rounds answered for this request
     recalled_tokens: int = 0  # tokens of archived text those rounds read back
     compression_off: bool = False  # switched off for the session: the view is the client's
+    ahead: tuple[str, ...] = ()  # handles recall before asking put in view for this request
+    # (view index, text) ctxgate appends to that message when forwarding (recall before
+    # asking): in what the provider gets only, never in the view the session keeps.
+    placed: tuple[tuple[int, str], ...] = ()
+    ahead_tokens: int = 0  # what the lineage's placements add to the view
 
     @property
     def messages(self) -> list[Message]:
@@ -106,7 +112,17 @@ class Turn:
 
     def upstream_body(self) -> bytes:
         """The body to send: the client's bytes when nothing changed, else the view rendered."""
-        return self.door.render(self.request, self.view, self.max_tokens, self.tools)
+        return self.door.render(self.request, self.forwarded_view(), self.max_tokens, self.tools)
+
+    def forwarded_view(self) -> list[Message]:
+        """The view as forwarded: with the passages placed in it."""
+        if not self.placed:
+            return self.view
+        view = list(self.view)
+        for index, text in self.placed:
+            if index < len(view):
+                view[index] = with_text(view[index], text)
+        return view
 
     def response_headers(self) -> dict[str, str]:
         headers = {"x-session-id": self.ident.session_id}
@@ -118,6 +134,8 @@ class Turn:
             headers["x-ctxgate-checkpoint"] = str(self.checkpoint_id)
         if self.recalls:
             headers["x-ctxgate-recalls"] = str(self.recalls)
+        if self.ahead:
+            headers["x-ctxgate-recalled-ahead"] = ",".join(self.ahead)
         if not self.notes:
             headers["x-ctxgate-compressed"] = "true" if self.checkpoint_id is not None else "false"
             return headers
@@ -172,3 +190,14 @@ def reservation(turn: Turn) -> int | None:
     client's, else the model rule's; at most a share of the window."""
     requested = turn.max_tokens or turn.request.max_tokens or turn.rule.max_output_tokens
     return output_reservation(requested, turn.context_length)
+
+
+def with_text(message: Message, text: str) -> Message:
+    """`message` with `text` appended to its content (a part of its own in a list)."""
+    content: Any = message.get("content")
+    out = dict(message)
+    if isinstance(content, list):
+        out["content"] = [*content, {"type": "text", "text": text}]
+    else:
+        out["content"] = f"{content or ''}\n\n{text}"
+    return cast(Message, out)

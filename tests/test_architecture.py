@@ -356,7 +356,8 @@ CORE_ORDER = {
     "session.conversations": {"session.recall", "proxy"},
     "session.compaction": {"session.conversations", "session.policy", "proxy"},
     "session.turn": {"session.conversations", "session.compaction", "session.policy"},
-    "session.recall": {"session.conversations", "session.compaction", "proxy"},
+    "session.recall.tool": {"session.conversations", "session.compaction", "proxy"},
+    "session.recall.ahead": {"session.conversations", "session.compaction", "proxy"},
     "session.ports.frontdoor": {"proxy", "session.turn", "session.conversations"},
 }
 

@@ -184,9 +184,11 @@ class _Builder:
     observations: list[int] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     tokens: int = 0
+    one_task: bool = False  # keep the first transcript's task statement only
 
     def add(self, transcript: Transcript) -> None:
         body = transcript.messages
+        later = bool(self.messages)
         if not self.messages:
             self.messages.append(body[0])
             self.tokens += message_tokens(body[0])
@@ -201,6 +203,8 @@ class _Builder:
             ):
                 self.observations.append(index)
             elif role == "user":
+                if self.one_task and later:
+                    continue  # a later transcript's task: one session works on one task
                 self.stated.append(index)
             seen_assistant = seen_assistant or role == "assistant"
             self.messages.append(message)
@@ -209,7 +213,11 @@ class _Builder:
 
 
 def chain(
-    transcripts: Sequence[Transcript], start: int, target_tokens: int, max_message: int
+    transcripts: Sequence[Transcript],
+    start: int,
+    target_tokens: int,
+    max_message: int,
+    one_task: bool = False,
 ) -> tuple[_Builder, int]:
     """Chain transcripts from `start` until `target_tokens`; returns the builder and next start.
 
@@ -220,7 +228,7 @@ def chain(
     usable = [t for t in transcripts if _fits(t, max_message)]
     if not usable:
         raise ValueError(f"no transcript keeps every message under {max_message} tokens")
-    builder = _Builder()
+    builder = _Builder(one_task=one_task)
     taken = 0
     for transcript in _rotation(usable, start, _passes(usable, target_tokens)):
         builder.add(transcript)
@@ -230,18 +238,31 @@ def chain(
     return builder, (start + taken) % len(usable)
 
 
+ONE_TASK = "task-"
+
+
+def _base(kind: str) -> str:
+    return kind.removeprefix(ONE_TASK)
+
+
 def build_sessions(
     corpus: Path, kinds: Sequence[str], window: int, size_factor: float
 ) -> list[Session]:
-    """One session per entry of `kinds`; each kind continues where its previous session ended."""
-    cursors = dict.fromkeys(KINDS, 0)
-    counts = dict.fromkeys(KINDS, 0)
-    loaded = {kind: load_transcripts(corpus, kind) for kind in set(kinds)}
+    """One session per entry of `kinds`; each kind continues where its previous session ended.
+    A `task-` kind is a one-task session: its kind's transcripts chained under the first one's
+    task statement alone (the later ones' tool turns go on with that task)."""
+    cursors = dict.fromkeys(kinds, 0)
+    counts = dict.fromkeys(kinds, 0)
+    loaded = {kind: load_transcripts(corpus, _base(kind)) for kind in set(kinds)}
     sessions: list[Session] = []
     for kind in kinds:
-        tools = load_tools(corpus, kind)
+        tools = load_tools(corpus, _base(kind))
         builder, cursors[kind] = chain(
-            loaded[kind], cursors[kind], int(window * size_factor), max_message=int(window * 0.3)
+            loaded[kind],
+            cursors[kind],
+            int(window * size_factor),
+            max_message=int(window * 0.3),
+            one_task=kind.startswith(ONE_TASK),
         )
         name = f"{kind}-{window // 1024}k-{counts[kind]}"
         counts[kind] += 1

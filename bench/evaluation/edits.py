@@ -21,7 +21,16 @@ Fraction = tuple[int, int]  # (kept, total)
 CODING = "coding agent"
 SERVICE = "chat or tool service"
 # SWE-agent text and function-calling, mini-swe-agent (in swe-text), OpenCode and aider (agents)
-GROUPS: dict[str, str] = {"swe-text": CODING, "swe-fc": CODING, "agents": CODING, "tau": SERVICE}
+ONE_TASK_CODING = "one-task coding agent"
+GROUPS: dict[str, str] = {
+    "swe-text": CODING,
+    "swe-fc": CODING,
+    "agents": CODING,
+    "tau": SERVICE,
+    "task-swe-text": ONE_TASK_CODING,
+    "task-swe-fc": ONE_TASK_CODING,
+}
+CODING_GROUPS = (CODING, ONE_TASK_CODING)
 
 
 def group_of(kind: str) -> str:
@@ -33,7 +42,7 @@ def edit_reads(session: Session, turns: Sequence[Turn]) -> Fraction:
     with such a read). An edit with no earlier read, one that writes the file whole, one made
     after the agent wrote the file whole (its text is the write, not a read), or one whose
     request was not answered, is not counted."""
-    if group_of(session.kind) != CODING:
+    if group_of(session.kind) not in CODING_GROUPS:
         return 0, 0
     ops = file_ops(cast(list[Message], session.messages))
     answered = {t.end: t for t in turns if t.forwarded is not None}
@@ -61,7 +70,7 @@ def _rewritten_since_read(ops: Sequence[FileOp], edit: FileOp) -> bool:
 
 def edits_of(session: Session) -> int:
     """Every edit the session makes (coding sessions only), counted or not."""
-    if group_of(session.kind) != CODING:
+    if group_of(session.kind) not in CODING_GROUPS:
         return 0
     ops = file_ops(cast(list[Message], session.messages))
     return sum(1 for op in ops if op.kind == "edit")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.evaluation.edits import CODING, SERVICE, group_of
+from bench.evaluation.edits import CODING, CODING_GROUPS, ONE_TASK_CODING, SERVICE, group_of
 from bench.evaluation.metrics import ArmResult
 from bench.evaluation.runner import EvalResults
 from bench.evaluation.tables import frac, pooled, table
 
 ALL = "all sessions"
-GROUP_ORDER = (CODING, SERVICE, ALL)
+GROUP_ORDER = (CODING, ONE_TASK_CODING, SERVICE, ALL)
 
 
 def _arms(results: EvalResults, arm: str, group: str) -> list[ArmResult]:
@@ -83,7 +83,7 @@ def edits_table(results: EvalResults) -> list[str]:
     rows = [
         [s.name, arm, result.edits, result.edit_reads[1], frac(result.edit_reads)]
         for s in results.sessions
-        if group_of(s.kind) == CODING
+        if group_of(s.kind) in CODING_GROUPS
         for arm, result in s.arms.items()
     ]
     header = ["session", "arm", "edits", "with an earlier read", "newest read in view at edit"]

@@ -149,11 +149,15 @@ def _responder(summarizer: str) -> Callable[[dict[str, Any]], Reply | Fail | Non
     return respond
 
 
-def simulator_for(window: int, summarizer: str, responder: Responder | None = None) -> Simulator:
+def simulator_for(
+    window: int, summarizer: str, responder: Responder | None = None, recall_calls: int = 4
+) -> Simulator:
     """Ordinary turns and summaries as `responder` (default `_responder`) says; planted-fact
-    questions answered by the recall model (from the view, else through ctxgate's recall tool)."""
+    questions answered by the recall model (from the view, else through ctxgate's recall tool,
+    at most `recall_calls` calls a question: 0 is a model that answers from its view only)."""
     sim = Simulator(models={MODEL: ModelSpec(window=window)}, validate_messages=True)
-    sim.responder = RecallModel(other=responder or _responder(summarizer))
+    other = responder or _responder(summarizer)
+    sim.responder = RecallModel(other=other, max_calls=recall_calls)
     return sim
 
 
@@ -250,13 +254,16 @@ def replay(
     probe: bool = True,
     responder: Responder | None = None,
     shadow: dict[str, Any] | None = None,
+    recall_calls: int = 4,
 ) -> Replay:
     """Send every request point of `session` through a fresh ctxgate; record what it did."""
     started = time.monotonic()
     session_id = f"eval-{session.name}-{uuid.uuid4().hex[:8]}"
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ctxgate-eval-")))
-        sim = stack.enter_context(simulator_for(session.window, summarizer, responder))
+        sim = stack.enter_context(
+            simulator_for(session.window, summarizer, responder, recall_calls)
+        )
         twin = (
             stack.enter_context(simulator_for(session.window, summarizer))
             if measure_direct

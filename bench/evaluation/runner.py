@@ -23,6 +23,8 @@ from bench.evaluation.shadow import ShadowResult, measure
 
 REPO = Path(__file__).resolve().parents[2]
 KIND_CYCLE = ("tau", "swe-text", "agents", "swe-fc", "tau", "swe-text")
+# One-task coding sessions: a recorded agent's task statement, then many tool turns.
+TASK_CYCLE = ("task-swe-fc", "task-swe-text")
 # OpenCode's system prompt and tool schemas alone take 7.2K tokens: at 8K a single tool output
 # cannot fit beside them, whatever a proxy does.
 MIN_WINDOW = {"agents": 16384}
@@ -36,6 +38,7 @@ class ArmSpec:
     background: bool = True
     summarizer: str = "fit"
     scaled_threshold: bool = True
+    recall_calls: int = 4  # the simulated model's recall calls per question (0: never)
 
     def options(self, window: int) -> dict[str, Any]:
         # ctxgate's 64K floor on the agent threshold is meant for 128K windows, where it means
@@ -56,6 +59,10 @@ ARMS: dict[str, ArmSpec] = {
     "fail": ArmSpec(
         "as main, every summary call fails (deterministic fallback)", summarizer="fail"
     ),
+    "never-recall": ArmSpec(
+        "as main, a model that never calls the recall tool: it answers from its view only",
+        recall_calls=0,
+    ),
 }
 QUICK_ARMS = ("main", "bg-off")
 MAIN = "main"
@@ -65,9 +72,9 @@ MAIN = "main"
 LARGE_WINDOW = 65536
 LARGE_SIZE = 3.0
 WINDOW_PLAN: dict[int, tuple[int, tuple[str, ...]]] = {
-    16384: (3, ("main", "fail")),
-    65536: (2, ("main",)),
-    131072: (1, ("main",)),
+    16384: (3, ("main", "fail", "never-recall")),
+    65536: (2, ("main", "never-recall")),
+    131072: (1, ("main", "never-recall")),
 }
 
 
@@ -85,6 +92,7 @@ class EvalConfig:
     llama_url: str | None = None
     quick: bool = False
     shadow: bool = True  # shadow-agreement replays of each session (arm main's options)
+    one_task: int = 2  # one-task coding sessions per window, beside the chained ones
 
     def sessions_at(self, window: int) -> int:
         planned = self.plan.get(window)
@@ -102,7 +110,8 @@ class EvalConfig:
 
     def kinds(self, window: int) -> list[str]:
         usable = [kind for kind in KIND_CYCLE if window >= MIN_WINDOW.get(kind, 0)]
-        return [usable[i % len(usable)] for i in range(self.sessions_at(window))]
+        chained = [usable[i % len(usable)] for i in range(self.sessions_at(window))]
+        return chained + [TASK_CYCLE[i % len(TASK_CYCLE)] for i in range(self.one_task)]
 
 
 @dataclass
@@ -180,6 +189,7 @@ def evaluate(config: EvalConfig) -> EvalResults:
                 options=spec.options(session.window),
                 gap_s=config.gap_s,
                 progress=bar.update,
+                recall_calls=spec.recall_calls,
             )
             result.arms[arm] = arm_result(arm, session, run, spec.options(session.window))
             errors = result.arms[arm].client_errors

@@ -4,6 +4,7 @@
     <summary body>
     ## User Messages (verbatim, oldest first)      carried user messages
     ## Files (the newest read of each, verbatim)   what the agent last read of files it uses
+    ## Working Set (…)                             what the task works on, and why
     ## Your Last Reply (verbatim)                  the newest assistant reply, if carried
     ## Anchors (exact ids, paths and names …)      ids/paths/errors of the compacted turns
     --- END OF CONTEXT SUMMARY — respond to the message below, not the summary above ---
@@ -32,12 +33,15 @@ from compression.summary.prompts import (
     LAST_REPLY_HEADER,
     LEGACY_USER_CLOSE,
     LEGACY_USER_OPEN,
+    RECALLED_CLOSE,
+    RECALLED_OPEN,
     REPLY_CLOSE,
     REPLY_OPEN,
     SUMMARY_PREFIX,
     USER_CLOSE,
     USER_MESSAGES_HEADER,
     USER_OPEN,
+    WORKING_SET_HEADER,
 )
 from compression.verbatim.anchors import AnchorIndex, parse_anchors, render_anchors
 
@@ -49,6 +53,7 @@ class Handoff:
     last_reply: str | None = None
     anchors: AnchorIndex = AnchorIndex()
     files: tuple[tuple[str, str], ...] = ()  # (path, newest read's text), carried verbatim
+    working: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (entity, why), the working set
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,9 @@ def render_handoff(handoff: Handoff) -> str:
     if handoff.files:
         files = [f"{FILE_OPEN}{path}>>>\n{text}\n{FILE_CLOSE}" for path, text in handoff.files]
         parts.append(FILES_HEADER + "\n" + "\n".join(files))
+    if handoff.working:
+        lines = [f"- {name} ({', '.join(why)})" for name, why in handoff.working]
+        parts.append(WORKING_SET_HEADER + "\n" + "\n".join(lines))
     if handoff.last_reply is not None:
         parts.append(f"{LAST_REPLY_HEADER}\n{REPLY_OPEN}\n{handoff.last_reply}\n{REPLY_CLOSE}")
     if handoff.anchors:
@@ -107,6 +115,7 @@ def parse_handoff(text: str) -> ParsedHandoff | None:
                 inner.find(USER_MESSAGES_HEADER),
                 inner.find(FILES_HEADER),
                 inner.find(LAST_REPLY_HEADER),
+                inner.find(WORKING_SET_HEADER),
             )
             if found >= 0
         ),
@@ -118,6 +127,7 @@ def parse_handoff(text: str) -> ParsedHandoff | None:
         last_reply=next(iter(_blocks(inner, REPLY_OPEN, REPLY_CLOSE)), None),
         anchors=anchors,
         files=tuple(_files(inner)),
+        working=tuple(_working(inner)),
     )
     return ParsedHandoff(handoff, remainder)
 
@@ -151,7 +161,7 @@ def _user_blocks(inner: str) -> list[str]:
     at = inner.find(USER_MESSAGES_HEADER)
     if at < 0:
         return []
-    ends = [inner.find(h, at) for h in (FILES_HEADER, LAST_REPLY_HEADER)]
+    ends = [inner.find(h, at) for h in (FILES_HEADER, WORKING_SET_HEADER, LAST_REPLY_HEADER)]
     section = inner[at : min((e for e in ends if e >= 0), default=len(inner))]
     if USER_OPEN in section:
         return _blocks(section, USER_OPEN, USER_CLOSE)
@@ -178,6 +188,20 @@ def _files(inner: str) -> list[tuple[str, str]]:
     return found
 
 
+def _working(inner: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The working set's lines: `- NAME (reason, reason)`."""
+    at = inner.rfind("\n" + WORKING_SET_HEADER + "\n")
+    if at < 0:
+        return []
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for line in inner[at + len(WORKING_SET_HEADER) + 2 :].splitlines():
+        if not line.startswith("- ") or not line.endswith(")") or " (" not in line:
+            break
+        name, _, why = line[2:-1].rpartition(" (")
+        found.append((name, tuple(why.split(", "))))
+    return found
+
+
 def view_summaries(messages: Sequence[Message]) -> list[str]:
     """Bodies of every handoff summary present in a view, oldest first."""
     bodies: list[str] = []
@@ -200,9 +224,20 @@ def without_restatement(text: str) -> str:
 
 
 def user_text(message: Message) -> str:
-    """What the user wrote in a message, with any summary or restatement marker removed."""
+    """What the user wrote in a message, with any summary or restatement marker, and any
+    passages ctxgate recalled into it, removed."""
     text = handoff_text(message)
     if text is not None:
         parsed = parse_handoff(text)
-        return without_restatement(parsed.remainder) if parsed is not None else ""
-    return without_restatement(content_text(message))
+        return without_recalled(without_restatement(parsed.remainder)) if parsed else ""
+    return without_recalled(without_restatement(content_text(message)))
+
+
+def without_recalled(text: str) -> str:
+    """`text` without the blocks of passages ctxgate appended to it."""
+    while (start := text.find(RECALLED_OPEN)) >= 0:
+        end = text.find(RECALLED_CLOSE, start)
+        if end < 0:
+            break
+        text = text[:start].rstrip("\n") + text[end + len(RECALLED_CLOSE) :]
+    return text

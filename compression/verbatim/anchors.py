@@ -6,18 +6,23 @@ exception a test raised). The handoff keeps an index of them, in three tiers tha
 each was seen, newest first:
 
     ## Anchors (exact ids, paths and names from the compacted turns, newest first)
-    - user: mia_li_3668, NEEDLE-0a1b2c3d4e
-    - agent: HAT136, credit_card_4421486
-    - tools: /repo/src/app.py, ZeroDivisionError, 4f2a9c1
+    - user: mia_li_3668 — Book the 9:40 flight for mia_li_3668 on Friday.
+    - agent: HAT136 — search_flights(flight="HAT136", date="2024-05-03")
+    - tools: ZeroDivisionError — File "/repo/src/app.py", line 9, in total: ZeroDivisionError
 
 `user` = written by the user; `agent` = used in the assistant's text or tool-call arguments
-(what the conversation acted on); `tools` = only seen in tool output. Everything here is pure.
+(what the conversation acted on); `tools` = only seen in tool output. A name alone says little:
+each anchor comes with the line it was found on (`key: value`, `id — what it is`), cut to
+`MAX_GLOSS_CHARS`, within half as many tokens again as the names take (the best-ranked anchors get
+theirs first); neighbours found on the same line share it. Within a tier the working set's
+entities come first (see `compression.verbatim.workingset`), then the newest. Everything here
+is pure.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -28,6 +33,9 @@ MAX_ANCHOR_CHARS = 120
 SCAN_HEAD_CHARS = 4000  # of a long text: ids sit at the start of records and outputs,
 SCAN_TAIL_CHARS = 1500  # outcomes and final values at the end
 SCAN_CHARS_PER_TIER = 30_000  # newest first; bounds the work on huge regions (~2 ms a tier)
+MAX_GLOSS_CHARS = 100  # of the line that says what an anchor is
+GLOSS = " — "
+GLOSS_SHARE = 0.5  # of the anchors' budget, what their lines may take besides
 
 _CODE_EXTENSIONS = (
     "py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|cfg|ini|conf|txt|md|rst|c|h|cc|cpp|hpp|go|rs|"
@@ -58,6 +66,10 @@ class AnchorIndex:
     user: tuple[str, ...] = ()
     agent: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
+    meaning: tuple[tuple[str, str], ...] = ()  # (anchor, the line that says what it is)
+
+    def glosses(self) -> dict[str, str]:
+        return dict(self.meaning)
 
     def tiers(self) -> tuple[tuple[str, ...], ...]:
         return (self.user, self.agent, self.tools)
@@ -68,9 +80,34 @@ class AnchorIndex:
 
 def find_anchors(text: str) -> tuple[str, ...]:
     """Distinct anchors of `text` in order of appearance (long texts: head and tail only)."""
+    return _find(_bounded(text))
+
+
+def _bounded(text: str) -> str:
     if len(text) > SCAN_HEAD_CHARS + SCAN_TAIL_CHARS:
-        text = text[:SCAN_HEAD_CHARS] + "\n" + text[-SCAN_TAIL_CHARS:]
-    return _find(text)
+        return text[:SCAN_HEAD_CHARS] + "\n" + text[-SCAN_TAIL_CHARS:]
+    return text
+
+
+def gloss(text: str, value: str) -> str:
+    """The line of `text` that `value` is on, cut to `MAX_GLOSS_CHARS` around it; "" when
+    the line says nothing more than the value."""
+    at = text.find(value)
+    if at < 0:
+        return ""
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    line = text[start : end if end >= 0 else len(text)]
+    offset = at - start
+    if len(line) > MAX_GLOSS_CHARS:
+        low = max(0, min(offset - MAX_GLOSS_CHARS // 3, len(line) - MAX_GLOSS_CHARS))
+        line = (
+            ("…" if low else "")
+            + line[low : low + MAX_GLOSS_CHARS]
+            + ("…" if low + MAX_GLOSS_CHARS < len(line) else "")
+        )
+    line = " ".join(line.replace(GLOSS.strip(), "-").split())
+    return "" if len(line) <= len(value) + 3 else line
 
 
 @lru_cache(maxsize=2048)  # keyed by the bounded text; the same turns are scanned again on
@@ -140,14 +177,23 @@ class Collector:
         self._tier: dict[str, int] = {}
         self._tiers: tuple[dict[str, None], ...] = ({}, {}, {})
         self._scanned = [0, 0, 0]
+        self.meaning: dict[str, str] = {}  # each anchor's line, from the text it was taken
 
     def scan(self, tier: int, text: str) -> None:
         """Add the anchors found in `text`, if the tier still wants more."""
         if text and self.wants(tier):
-            self._scanned[tier] += min(len(text), SCAN_HEAD_CHARS + SCAN_TAIL_CHARS)
-            self.add(tier, find_anchors(text))
+            bounded = _bounded(text)
+            self._scanned[tier] += len(bounded)
+            self.add(tier, _find(bounded), bounded)
 
-    def add(self, tier: int, values: Iterable[str]) -> None:
+    def add(
+        self,
+        tier: int,
+        values: Iterable[str],
+        text: str = "",
+        meaning: dict[str, str] | None = None,
+    ) -> None:
+        """Add `values` to `tier`; their meaning is their line of `text`, or `meaning`'s."""
         bucket = self._tiers[tier]
         for value in values:
             known = self._tier.get(value)
@@ -157,6 +203,11 @@ class Collector:
                 del self._tiers[known][value]
             self._tier[value] = tier
             bucket[value] = None
+            line = gloss(text, value) if text else (meaning or {}).get(value, "")
+            if line:
+                self.meaning[value] = line
+            elif known is None:
+                self.meaning.pop(value, None)
 
     def wants(self, tier: int) -> bool:
         return len(self._tiers[tier]) < self.per_tier and self._scanned[tier] < SCAN_CHARS_PER_TIER
@@ -173,22 +224,56 @@ def select_anchors(
     budget: int,
     count: Callable[[str], int],
     present: Callable[[str], bool],
+    meaning: Mapping[str, str] | None = None,
+    rank: Callable[[str], int] | None = None,
 ) -> AnchorIndex:
-    """Anchors within `budget` tokens, skipping what the view already holds verbatim.
+    """Anchors within `budget` tokens, skipping what the view already holds verbatim, and the
+    lines that say what they are within half as much again. `rank` orders each tier (stable: ties
+    stay newest first), the working set's entities first.
 
     Each tier first gets its share of the budget; what a tier leaves unused goes to the
-    others in tier order, so a session without user-stated ids spends it on tool ids.
+    others in tier order, so a session without user-stated ids spends it on tool ids. The
+    names are chosen first: a line costs five names, and an id the model cannot see at all
+    is worse than one it sees without its line. The lines go to the best-ranked anchors.
     """
     chosen: list[list[str]] = [[] for _ in TIERS]
     if budget <= 0:
         return AnchorIndex()
-    queues = [_Queue(tier, present) for tier in tiers]
+    meaning = meaning or {}
+    ordered = [sorted(tier, key=rank) if rank is not None else tier for tier in tiers]
+    queues = [_Queue(tier, present) for tier in ordered]
     left = budget
     for position, share in enumerate(TIER_SHARES):
         left -= queues[position].fill(chosen[position], int(budget * share), count)
     for position in range(len(TIERS)):
         left -= queues[position].fill(chosen[position], left, count)
-    return AnchorIndex(*(tuple(values) for values in chosen))
+    kept = _glossed(chosen, meaning, int(budget * GLOSS_SHARE), count)
+    return AnchorIndex(tuple(chosen[0]), tuple(chosen[1]), tuple(chosen[2]), kept)
+
+
+def _glossed(
+    chosen: Sequence[Sequence[str]],
+    meaning: Mapping[str, str],
+    room: int,
+    count: Callable[[str], int],
+) -> tuple[tuple[str, str], ...]:
+    """The lines of the chosen anchors, in order, within `room` tokens; neighbours on one
+    line share it (it is written once)."""
+    kept: list[tuple[str, str]] = []
+    for tier in chosen:
+        previous = ""
+        for value in tier:
+            line = meaning.get(value, "")
+            if line and line != previous:
+                cost = count(GLOSS + line + "\n")
+                if cost > room:
+                    line = ""
+                else:
+                    room -= cost
+            if line:
+                kept.append((value, line))
+            previous = line
+    return tuple(kept)
 
 
 class _Queue:
@@ -217,19 +302,34 @@ class _Queue:
 
 
 def render_anchors(index: AnchorIndex, header: str) -> str:
+    """One line per anchor, or per run of anchors found on the same line, with that line."""
     lines = [header]
+    glosses = index.glosses()
     for name, values in zip(TIERS, index.tiers(), strict=True):
-        if values:
-            lines.append(f"- {name}: {SEPARATOR.join(values)}")
+        run: list[str] = []
+        for position, value in enumerate(values):
+            run.append(value)
+            line = glosses.get(value, "")
+            following = values[position + 1] if position + 1 < len(values) else None
+            if following is not None and glosses.get(following, "") == line:
+                continue
+            lines.append(f"- {name}: {SEPARATOR.join(run)}" + (f"{GLOSS}{line}" if line else ""))
+            run = []
     return "\n".join(lines)
 
 
 def parse_anchors(section: str) -> AnchorIndex:
     """The index written by `render_anchors` (the header line already removed)."""
-    found: dict[str, tuple[str, ...]] = {}
+    found: dict[str, list[str]] = {name: [] for name in TIERS}
+    meaning: list[tuple[str, str]] = []
     for line in section.splitlines():
         for name in TIERS:
             prefix = f"- {name}: "
-            if line.startswith(prefix):
-                found[name] = tuple(v for v in line[len(prefix) :].split(SEPARATOR) if v)
-    return AnchorIndex(found.get("user", ()), found.get("agent", ()), found.get("tools", ()))
+            if not line.startswith(prefix):
+                continue
+            names, _, said = line[len(prefix) :].partition(GLOSS)
+            values = [v for v in names.split(SEPARATOR) if v]
+            found[name] += values
+            meaning += [(v, said) for v in values if said]
+    tiers = (tuple(found["user"]), tuple(found["agent"]), tuple(found["tools"]))
+    return AnchorIndex(*tiers, meaning=tuple(meaning))

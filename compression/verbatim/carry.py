@@ -7,8 +7,9 @@ carried. All of them are carried while `user_share` of the threshold allows; whi
 when it binds, and how the rest are clipped, is `compression.verbatim.userwords`.
 
 Anchors: exact ids, paths and error names of everything summarized that is not otherwise
-kept verbatim (see `compression.verbatim.anchors`), within their own budget plus what the user
-messages left unused.
+kept verbatim, each with the line that says what it is, the working set's first (see
+`compression.verbatim.anchors`), within their own budget plus what the user messages left
+unused.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from compression.verbatim.instructions import states_instruction
 from compression.verbatim.observations import has_output_marker, observation_indices
 from compression.verbatim.preamble import preamble_end
 from compression.verbatim.userwords import Carried, Selection, mark_superseded, select_carried
+from compression.verbatim.workingset import WorkingSet
 
 USER_TIER, AGENT_TIER, TOOLS_TIER = 0, 1, 2
 
@@ -73,7 +75,8 @@ def carry_candidates(
         if summary is not None and has_output_marker(text):
             continue  # a tool observation the summary was merged into
         if text.strip():
-            known = figures.tokens[index] if summary is None else None
+            plain = summary is None and text == content_text(message)
+            known = figures.tokens[index] if plain else None
             found.append(Carried(text, known, states_instruction(text), not replied, index))
     return mark_superseded([*found, *_later_words(messages, end)])
 
@@ -112,8 +115,9 @@ def anchor_candidates(
     end: int,
     per_tier: int,
     observations: frozenset[int] | None = None,
-) -> tuple[list[str], ...]:
-    """Anchors of `messages[start:end]` by tier, newest first (`per_tier` bounds the scan)."""
+) -> Collector:
+    """Anchors of `messages[start:end]` by tier, newest first, each with the line it was
+    found on (`per_tier` bounds the scan)."""
     if observations is None:
         observations = observation_indices(messages, start, end)
     collector = Collector(per_tier)
@@ -135,13 +139,14 @@ def anchor_candidates(
             collector.scan(TOOLS_TIER, content_text(message))
         else:
             collector.scan(AGENT_TIER, _text(message))
-    return collector.candidates()
+    return collector
 
 
 def _add_handoff(collector: Collector, handoff: Handoff) -> None:
     """An earlier handoff: its own anchors, then what its carried texts and body name."""
+    meaning = handoff.anchors.glosses()
     for tier, values in enumerate(handoff.anchors.tiers()):
-        collector.add(tier, values)
+        collector.add(tier, values, meaning=meaning)
     for text in reversed(handoff.user_messages):
         collector.scan(USER_TIER, text)
     collector.scan(AGENT_TIER, handoff.last_reply or "")
@@ -157,6 +162,7 @@ def carry_section(
     kept: Sequence[Message | str],
     pinned: frozenset[int] = frozenset(),
     prose: Sequence[str] = (),
+    working: WorkingSet | None = None,
 ) -> tuple[Selection, AnchorIndex]:
     """The user messages and anchors a handoff carries for the plan's summarized region.
 
@@ -182,8 +188,12 @@ def carry_section(
         return users, AnchorIndex()
     present = "\n".join([*users.texts, kept_text, *prose])
     # An anchor costs at least ~3 tokens with its separator: room // 3 per tier always fills.
-    tiers = anchor_candidates(messages, start, end, room // 3, observations)
-    return users, select_anchors(tiers, room, count, present.__contains__)
+    found = anchor_candidates(messages, start, end, room // 3, observations)
+    rank = (working or WorkingSet()).tier
+    chosen = select_anchors(
+        found.candidates(), room, count, present.__contains__, found.meaning, rank
+    )
+    return users, chosen
 
 
 def _text(item: Message | str) -> str:

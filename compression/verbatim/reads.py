@@ -6,8 +6,10 @@ region read (found by `compression.verbatim.fileops`, which knows the tools of C
 OpenCode, Gemini CLI and SWE-agent), the newest read is carried verbatim inside the handoff while
 `file_share` of the threshold allows:
 
-    1. files the agent edits after reading them, or touches again later;
-    2. the rest;
+    1. the working set's files (`compression.verbatim.workingset`): the files the user's
+       words name, then those the agent edited, then those it read again;
+    2. other files the agent edits after reading them, or touches again later;
+    3. the rest;
 
 newest first within each group. A read the agent wrote the file over since (a whole-file
 write) is out of date and not carried. What does not fit whole keeps its head and tail (the proxy
@@ -26,10 +28,11 @@ from dataclasses import dataclass, replace
 
 from compression.messages.content import content_text, with_text
 from compression.messages.types import Message
-from compression.summary.handoff import handoff_text, parse_handoff
+from compression.summary.handoff import handoff_text, parse_handoff, without_recalled
 from compression.summary.prompts import FILE_CLOSE, FILE_OPEN, FILES_HEADER
 from compression.verbatim.fileops import FileOp, file_ops
 from compression.verbatim.userwords import clip
+from compression.verbatim.workingset import WorkingSet
 
 SUPERSEDED_NOTE = "[superseded: {path} was read again later; the newer read is in view]"
 
@@ -75,9 +78,8 @@ def newest_reads(
             continue
         known = newest.get(op.path)
         if known is None or known.at <= op.result:
-            newest[op.path] = FileRead(
-                op.path, content_text(messages[op.result]), op.result, op.result, False
-            )
+            text = without_recalled(content_text(messages[op.result]))
+            newest[op.path] = FileRead(op.path, text, op.result, op.result, False)
     touched: dict[str, int] = {}
     edited: set[str] = set()
     rewritten: set[str] = set()  # written whole after the read: the read is out of date
@@ -101,11 +103,17 @@ def read_candidates(reads: Sequence[FileRead], start: int, end: int) -> list[Fil
     return [read for read in reads if start <= read.at < end]
 
 
-def priority(candidates: Sequence[FileRead]) -> list[FileRead]:
-    """Edited or later-touched files first, then the rest; the newest touched first in each."""
+def priority(candidates: Sequence[FileRead], working: WorkingSet | None = None) -> list[FileRead]:
+    """The working set's files first (named by the user, then edited, then re-read), then
+    the other edited or later-touched files, then the rest; the newest touched first in each."""
     newest_first = sorted(candidates, key=lambda r: r.touched, reverse=True)
-    worked_on = [r for r in newest_first if r.edited or r.touched > r.at]
-    return worked_on + [r for r in newest_first if not (r.edited or r.touched > r.at)]
+    working = working or WorkingSet()
+    core = sorted(
+        (r for r in newest_first if working.core(r.path)), key=lambda r: working.tier(r.path)
+    )
+    rest = [r for r in newest_first if not working.core(r.path)]
+    worked_on = [r for r in rest if r.edited or r.touched > r.at]
+    return core + worked_on + [r for r in rest if not (r.edited or r.touched > r.at)]
 
 
 def files_need(reads: Sequence[FileRead], start: int, count: Callable[[str], int]) -> int:
@@ -120,32 +128,36 @@ def select_files(
     budget: int,
     count: Callable[[str], int],
     present: Callable[[str], bool] | None = None,
+    working: WorkingSet | None = None,
 ) -> FileSelection:
-    """The reads to carry within `budget` tokens: whole while they fit, then clipped."""
-    wanted = [r for r in priority(candidates) if present is None or not present(r.text)]
+    """The reads to carry within `budget` tokens, in `priority` order: whole while they fit,
+    then clipped."""
+    wanted = [r for r in priority(candidates, working) if present is None or not present(r.text)]
     if not wanted:
         return FileSelection()
     left = budget - count(FILES_HEADER)
-    chosen: dict[int, tuple[str, str]] = {}
+    # Keyed by place and path: one handoff carries several files at the same place.
+    chosen: dict[tuple[int, str], tuple[str, str]] = {}
     clipped: list[ClippedRead] = []
     for read in wanted:
         overhead = _overhead(read.path, count)
         size = count(read.text)
         if size + overhead <= left:
-            chosen[read.at] = (read.path, read.text)
+            chosen[read.at, read.path] = (read.path, read.text)
             left -= size + overhead
             continue
         text = clip(read.text, left - overhead, count)
         if text is None:
             continue
-        chosen[read.at] = (read.path, text)
+        chosen[read.at, read.path] = (read.path, text)
         used = count(text)
         left -= used + overhead
         if read.result:
             clipped.append(ClippedRead(read.at, used, size))
     if not chosen:
         return FileSelection()
-    return FileSelection(tuple(chosen[at] for at in sorted(chosen)), tuple(clipped), budget - left)
+    ordered = tuple(chosen[key] for key in sorted(chosen, key=lambda key: key[0]))
+    return FileSelection(ordered, tuple(clipped), budget - left)
 
 
 def _overhead(path: str, count: Callable[[str], int]) -> int:

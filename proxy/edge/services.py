@@ -29,7 +29,7 @@ from session.metrics import Metrics
 from session.models import Models
 from session.pool import EnginePool, pool_size
 from session.pressure import measure
-from session.recall import Recaller
+from session.recall.tool import Recaller
 from storage import (
     RetentionPolicy,
     SessionLocks,

@@ -48,7 +48,7 @@ from session.metrics import Metrics
 from session.policy import COMPRESSION_OFF
 from session.ports.frontdoor import FrontDoor, StreamWatch, Usage
 from session.ports.headers import client_response_headers
-from session.recall import Recaller
+from session.recall.tool import Recaller
 from session.turn import Turn
 from storage import SessionKey, wait_budget
 
@@ -116,7 +116,7 @@ class Gateway:
         off = await self.switches.compression_off(client_session, headers)
         turn = await self.conversations.prepare(door, ident, request, rule, forward, off)
         if not off:  # relayed verbatim: no recall tool either
-            turn = self.recaller.offer(turn)
+            turn = self.recaller.offer(await self.recaller.ahead(turn))
         self.metrics.prepared(turn, time.perf_counter() - arrived)
         if self.settings.logging.log_content:
             log.info(

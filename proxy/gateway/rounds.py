@@ -1,5 +1,5 @@
 """Recall rounds: the model's calls to ctxgate's recall tool answered from the archive, and
-the model called again, until it answers the client (see `session.recall` for the tool and
+the model called again, until it answers the client (see `session.recall.tool` for the tool and
 its budget). Non-streamed answers are read whole; streams are held back until they show what
 they are.
 """
@@ -20,7 +20,7 @@ from session.errors import ProxyError, UpstreamStatus
 from session.metrics import Metrics
 from session.ports.frontdoor import Usage
 from session.ports.upstream import Answer
-from session.recall import Recaller
+from session.recall.tool import Recaller
 from session.turn import Turn
 
 log = logging.getLogger("ctxgate.gateway")

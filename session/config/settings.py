@@ -208,6 +208,12 @@ class RecallSettings:
     max_tokens: int = 8000
     """Tokens of archived text one client request may read back, over all its rounds (also
     bounded by the room left in the window)."""
+    ahead: bool = True
+    """Recall before asking: when the newest turn names something the session's archive holds
+    and the view does not, put the best few archived passages back into view (appended to
+    that turn, with their handles) before forwarding; `false`: only the model's own calls."""
+    ahead_share: float = 0.03
+    """Of the model's window, the most that recall before asking may add to one request."""
 
 
 @dataclass(frozen=True, slots=True)

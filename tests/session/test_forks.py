@@ -91,7 +91,8 @@ def proxy_for(sim: Simulator, db_path: str) -> ProxyServer:
         sim.base_url,
         db_path,
         models=[{"match": "*", "upstream": "sim", "context_length": WINDOW}],
-        compression={"background": False},
+        # The model reads the archive itself: recall before asking would answer for it.
+        compression={"background": False, "recall": {"ahead": False}},
         auth={"admin_key": "adm"},
     )
     return ProxyServer(settings)

@@ -18,7 +18,8 @@ import openai
 import pytest
 
 from session.identity import scope_for
-from session.recall import Archive
+from session.ports.frontdoor import ToolCall
+from session.recall.tool import Archive
 from storage import SessionKey, SessionStore
 from tests.compression.counters import CharCounter
 from tests.servers import ProxyServer, settings_for
@@ -90,6 +91,9 @@ sim = simulator_fixture(
 
 
 def proxy_for(sim: Simulator, tmp_path: Any, **recall: Any) -> ProxyServer:
+    """ctxgate with the given recall settings; recall before asking is off unless asked for:
+    these tests are about the model's own calls."""
+    recall = {"ahead": False, **recall}
     settings = settings_for(
         sim.base_url,
         str(tmp_path / "recall.db"),
@@ -351,3 +355,48 @@ async def test_a_search_shows_where_the_words_meet(tmp_path: Any) -> None:
     assert first.startswith("- m7 (tool result for c7):") and "NG-7731" in first
     assert fetched.startswith("m4 (tool result for c4):\n")
     assert "Nothing is archived under m5" in missing
+
+
+async def test_a_handle_and_a_query_get_both(tmp_path: Any) -> None:
+    """A handle sent with a query: the handle's original, and the query's hits when that
+    original does not hold the query; every combination says what was done."""
+    sk = SessionKey("scope", "both")
+    archived = [
+        (4, {"role": "tool", "tool_call_id": "c4", "content": "ls output: a.py b.py c.py"}),
+        (5, {"role": "tool", "tool_call_id": "c5", "content": "the gate code is NG-7731"}),
+        (6, {"role": "user", "content": "Deploy to the staging cluster eu-west-9 tonight."}),
+    ]
+    store = await SessionStore.open(f"sqlite+aiosqlite:///{tmp_path}/archive.db")
+    answers: dict[str, str] = {}
+    try:
+        await store.commit_compression(commit(sk, chain_digests(archived), 2, archived=archived))
+        archive = Archive(store, sk)
+        cases = {
+            "searched": {"handle": "m4", "query": "gate code"},
+            "held": {"handle": "m5", "query": "gate code"},
+            "range": {"handle": "m4-m6", "query": "staging cluster"},
+            "nothing there": {"handle": "m40", "query": "staging cluster"},
+            "words as a handle": {"handle": "staging cluster"},
+            "bad handle, query": {"handle": "the notes", "query": "gate code"},
+            "query": {"query": "gate code"},
+            "handle": {"handle": "m6"},
+        }
+        for name, arguments in cases.items():
+            call = ToolCall(id="r1", name="ctxgate_recall", arguments=json.dumps(arguments))
+            answers[name], _ = await archive.answer(call, 800, CharCounter())
+    finally:
+        await store.close()
+    searched = answers["searched"]
+    assert searched.startswith("m4 does not hold 'gate code'")
+    assert "m4 (tool result for c4):\nls output" in searched
+    assert "- m5 (tool result for c5): the gate code is NG-7731" in searched
+    assert "- m4 " not in searched  # the handle's own message is not a hit again
+    assert answers["held"].startswith("m5 holds 'gate code'; its original:\nm5 (tool result")
+    assert answers["range"].startswith("m4-m6 holds 'staging cluster'")
+    assert "eu-west-9" in answers["range"]
+    assert answers["nothing there"].startswith("Nothing is archived under m40; searched")
+    assert "- m6 (user): Deploy to the staging cluster" in answers["nothing there"]
+    assert answers["words as a handle"].startswith("`staging cluster` is not a handle")
+    assert answers["bad handle, query"].startswith("`the notes` is not a handle; searched for")
+    assert "NG-7731" in answers["bad handle, query"] and "NG-7731" in answers["query"]
+    assert answers["handle"].startswith("m6 (user):\nDeploy")

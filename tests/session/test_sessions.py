@@ -130,7 +130,8 @@ def test_rotation_moves_the_session_to_a_linked_child(sim32k: Simulator, db_path
         assert parent.session.child_key is not None
         child = detail(proxy, parent.session.child_key)
     assert child.session.parent_key == "parent"
-    assert [e.outcome for e in child.events] == ["compressed"]
+    # Its compressions (recall before asking may have put passages in view, an event too).
+    assert [e.outcome for e in child.events if e.trigger != "recall-ahead"] == ["compressed"]
     assert loop.compressed_headers[-2:] == ["true", "true"]
 
 

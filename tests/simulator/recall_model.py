@@ -140,7 +140,9 @@ class RecallModel:
         probe = probe_of(message_text(messages[asked])) if asked is not None else None
         if probe is None or asked is None:
             return self.other(body) if self.other is not None else None
-        return self.answer(probe, messages[:asked], messages[asked + 1 :], body)
+        # The question's own message is part of the view the model reads: a proxy may have
+        # appended text to it (ctxgate's recall before asking does).
+        return self.answer(probe, messages[: asked + 1], messages[asked + 1 :], body)
 
     def answer(
         self, probe: Probe, before: list[Message], after: list[Message], body: dict[str, Any]

@@ -153,3 +153,85 @@ def test_every_anchor_is_a_verbatim_substring(text: str) -> None:
     found = find_anchors(text)
     assert len(found) == len(set(found))
     assert all(value in text and SEPARATOR not in value for value in found)
+
+
+# --- anchors with their meaning -----------------------------------------------------------
+
+
+def test_each_anchor_comes_with_the_line_that_says_what_it_is() -> None:
+    collector = Collector(50)
+    collector.scan(
+        2,
+        "booking confirmed\nreservation_id: XEWRD9\nmax_retry_ms=3000 (from conf/app.yaml)\nXEWRD9",
+    )
+    found = collector.candidates()
+    index = select_anchors(found, 400, COUNT, lambda _: False, collector.meaning)
+    text = render_anchors(index, ANCHORS_HEADER)
+    assert text.splitlines()[1:] == [
+        "- tools: XEWRD9 — reservation_id: XEWRD9",
+        "- tools: conf/app.yaml — max_retry_ms=3000 (from conf/app.yaml)",
+    ]
+    assert parse_anchors(text.split("\n", 1)[1]) == index
+
+
+def test_a_long_listing_keeps_its_names_and_the_best_ranked_carry_their_lines() -> None:
+    """Tool output of 60 handler lines, and one id the user's words put in the working set:
+    as many names as without lines (an id out of view is worse than one without its line),
+    the best-ranked first with the line that says what it is, all within half as much again."""
+    listing = "\n".join(
+        f"src/app/module_32.py:{n}: handler_32_{n}(request) -> status {200 + n % 3}"
+        for n in range(60)
+    )
+    collector = Collector(100)
+    collector.scan(2, listing + "\nhandler_32_7 is the one that drops the header")
+    found = collector.candidates()
+    bare = select_anchors(found, 300, COUNT, lambda _: False)
+    index = select_anchors(
+        found,
+        300,
+        COUNT,
+        lambda _: False,
+        collector.meaning,
+        lambda v: 0 if v == "handler_32_7" else 5,
+    )
+    assert len(index.tools) == len(bare.tools)
+    lines = render_anchors(index, ANCHORS_HEADER).splitlines()[1:]
+    assert lines[0] == (
+        "- tools: handler_32_7 — src/app/module_32.py:7: handler_32_7(request) -> status 201"
+    )
+    assert COUNT("\n".join(lines)) <= 450 + 4 * len(lines)  # "- tools: " is the header's
+
+
+def test_a_handoff_keeps_the_meaning_through_the_next_compression() -> None:
+    index = AnchorIndex(("u_0001",), (), ("t_0002",), (("t_0002", "order t_0002: 3 lamps"),))
+    parsed = parse_handoff(render_handoff(Handoff("## Goal\nShip.", anchors=index)))
+    assert parsed is not None and parsed.handoff.anchors == index
+    collector = Collector(10)
+    collector.add(2, index.tools, meaning=index.glosses())
+    assert collector.meaning == {"t_0002": "order t_0002: 3 lamps"}
+
+
+GLOSS_TEXT = (
+    st.text(st.characters(blacklist_characters="\n\r—"), min_size=1, max_size=40)
+    .map(lambda t: " ".join(t.split()))
+    .filter(bool)
+)
+
+
+@given(tiers=st.tuples(TIER, TIER, TIER), data=st.data())
+def test_any_index_with_meaning_round_trips(
+    tiers: tuple[list[str], list[str], list[str]], data: st.DataObject
+) -> None:
+    values = sorted({v for tier in tiers for v in tier})
+    said = data.draw(
+        st.dictionaries(st.sampled_from(values), GLOSS_TEXT) if values else st.just({})
+    )
+    tiers = tuple([v for v in tier if v not in seen(tiers, i)] for i, tier in enumerate(tiers))  # type: ignore[assignment]
+    meaning = tuple((v, said[v]) for tier in tiers for v in tier if v in said)
+    index = AnchorIndex(*(tuple(tier) for tier in tiers), meaning)
+    text = render_anchors(index, ANCHORS_HEADER)
+    assert parse_anchors(text.split("\n", 1)[1] if "\n" in text else "") == index
+
+
+def seen(tiers: tuple[list[str], ...], upto: int) -> set[str]:
+    return {v for tier in tiers[:upto] for v in tier}

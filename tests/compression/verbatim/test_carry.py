@@ -5,6 +5,8 @@ from compression.counting.figures import PassFigures
 from compression.messages.types import Message
 from compression.options import CompressorOptions
 from compression.summary.handoff import Handoff, render_handoff
+from compression.summary.handoff import user_text as read_user_text
+from compression.summary.prompts import RECALLED_CLOSE, RECALLED_OPEN
 from compression.verbatim.carry import carry_candidates, carry_section
 from tests.compression.builders import reply, system, tool_round, user
 from tests.compression.counters import CharCounter
@@ -142,3 +144,9 @@ def test_a_message_after_the_region_takes_back_one_in_it() -> None:
     # The message that takes it back is the one restated: it still takes it back.
     found = carry_candidates(messages, 1, 8, 7, figures)
     assert [c.superseded for c in found] == [False, True, False]
+
+
+def test_passages_ctxgate_recalled_into_a_user_message_are_not_carried_as_theirs() -> None:
+    said = "Where is booking XEWRD9?"
+    placed = f"{said}\n\n{RECALLED_OPEN}\nm4 (tool): XEWRD9 is in Lisbon\n{RECALLED_CLOSE}"
+    assert read_user_text({"role": "user", "content": placed}) == said

@@ -14,7 +14,13 @@ from compression.compressor import Compressor
 from compression.messages.types import Message
 from compression.options import CompressorOptions
 from compression.summary.handoff import Handoff, parse_handoff, render_handoff
-from compression.summary.prompts import FILES_HEADER, USER_CLOSE, USER_OPEN
+from compression.summary.prompts import (
+    FILES_HEADER,
+    RECALLED_CLOSE,
+    RECALLED_OPEN,
+    USER_CLOSE,
+    USER_OPEN,
+)
 from compression.verbatim.fileops import file_ops
 from compression.verbatim.reads import (
     SUPERSEDED_NOTE,
@@ -289,3 +295,24 @@ async def test_recorded_coding_transcripts_keep_the_read_each_edit_needs() -> No
     print(f"newest read in view at edit: {kept}/{total}")
     assert total >= 10
     assert kept >= 0.95 * total
+
+
+def test_a_read_that_ctxgate_recalled_passages_into_is_carried_without_them() -> None:
+    placed = f"def total(): ...\n\n{RECALLED_OPEN}\nm4 (tool): old notes\n{RECALLED_CLOSE}"
+    messages: list[Message] = [
+        {"role": "user", "content": "Fix a.py"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "Read", "arguments": '{"file_path": "a.py"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": placed},
+    ]
+    [read] = newest_reads(messages)
+    assert read.text == "def total(): ..."

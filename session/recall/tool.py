@@ -10,8 +10,6 @@ and `max_tokens` tokens of archived text, and never more than the window has roo
 from __future__ import annotations
 
 import logging
-import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -30,6 +28,7 @@ from compression import (
 from session.config.settings import RecallSettings
 from session.metrics import Metrics
 from session.ports.frontdoor import AnswerCalls, ToolCall
+from session.recall.ahead import Foresight, densest
 from session.turn import Turn, reservation
 from storage import EventRecord, SessionKey, SessionStore, StorageError, search_terms
 
@@ -45,8 +44,9 @@ RECALL_SCHEMA: ToolSchema = {
             "summary lists their ranges, a shortened message ends with [archived: m12]. Call "
             "this before guessing at anything compacted (file contents, command output, ids, "
             "numbers, the user's exact words): pass `handle` (m12, or a range m12-m15) to read "
-            "originals, or `query` (words that appear in it) to search them. Call it on its "
-            "own, before answering or calling other tools."
+            "originals, `query` (words that appear in it) to search them, or both to read a "
+            "handle and search for what it may not hold. Call it on its own, before answering "
+            "or calling other tools."
         ),
         "parameters": {
             "type": "object",
@@ -126,22 +126,32 @@ class Asked:
     """What one call asks for, read leniently: models fill every field, or put words where
     a handle goes."""
 
-    kind: str  # "handle" or "query"
-    text: str
+    kind: str  # "handle", "query", or "both" (a handle to read and a query to search)
+    text: str  # the handle, or the words to search
     note: str = ""  # says what was done instead of what the arguments named
+    query: str = ""  # with "both": the words that came with the handle
 
 
 def asked(arguments: dict[str, Any]) -> Asked | None:
-    """A handle that parses is read; one that does not is searched as words, unless a query
-    came with it (then the query is searched). None: nothing to do."""
+    """Every combination gets an answer. A handle that parses is read, and a query that came
+    with it is searched too (unless the handle's text holds it); a handle that does not parse
+    is searched as words, unless a query came with it (then the query is searched). None:
+    nothing to do."""
     wanted, query = _field(arguments, "handle"), _field(arguments, "query")
     if wanted and parse_handles(wanted) is not None:
-        return Asked("handle", wanted)
+        return Asked("both", wanted, query=query) if query else Asked("handle", wanted)
     if wanted and query:
         return Asked("query", query, f"`{wanted}` is not a handle; searched for the query.")
     if wanted:
         return Asked("query", wanted, f"`{wanted}` is not a handle; searched for it as words.")
     return Asked("query", query) if query else None
+
+
+def holds(text: str, query: str) -> bool:
+    """Whether `text` holds every term of `query` (as the archive's search reads both)."""
+    terms = search_terms(query).distinct()
+    lowered = text.lower()
+    return bool(terms) and all(term in lowered for term in terms)
 
 
 def _field(arguments: dict[str, Any], name: str) -> str:
@@ -171,7 +181,27 @@ class Archive:
             return "Pass `handle` (such as m12) or `query` (words to search for).", "invalid"
         if found.kind == "handle":
             return await self.fetch(found.text, tokens, counter), "handle"
+        if found.kind == "both":
+            return await self.both(found.text, found.query, tokens, counter), "both"
         return await self.search(found.text, tokens, counter, found.note), "query"
+
+    async def both(self, wanted: str, query: str, tokens: int, counter: TokenCounter) -> str:
+        """The handle's originals, then the query's hits when those do not hold the query
+        (hits the handle already showed are left out)."""
+        positions = parse_handles(wanted) or []
+        found = await self.store.fetch_archived(self.key, positions)
+        shown = "\n\n".join(_shown(a.position, cast(Message, a.message)) for a in found)
+        if shown and holds(shown, query):
+            lead = f"{wanted} holds {query!r}; its original:"
+            return _within(f"{lead}\n{shown}", tokens, counter)
+        if not shown:
+            note = f"Nothing is archived under {wanted}; searched for the query instead."
+            return await self.search(query, tokens, counter, note)
+        lead = f"{wanted} does not hold {query!r}: its original, then the archive searched for it."
+        head = _within(f"{lead}\n{shown}", tokens * 2 // 3, counter)
+        left = tokens - counter.count_text(head)
+        hits = await self.search(query, left, counter, exclude=frozenset(positions))
+        return f"{head}\n\n{hits}"
 
     async def fetch(self, wanted: str, tokens: int, counter: TokenCounter) -> str:
         positions = parse_handles(wanted)
@@ -186,8 +216,16 @@ class Archive:
             )
         return _within("\n\n".join(parts), tokens, counter)
 
-    async def search(self, query: str, tokens: int, counter: TokenCounter, note: str = "") -> str:
-        found = await self.store.search_archive(self.key, query, _HITS)
+    async def search(
+        self,
+        query: str,
+        tokens: int,
+        counter: TokenCounter,
+        note: str = "",
+        exclude: frozenset[int] = frozenset(),
+    ) -> str:
+        found = await self.store.search_archive(self.key, query, _HITS + min(len(exclude), 20))
+        found = [a for a in found if a.position not in exclude][:_HITS]
         lead = f"{note}\n" if note else ""
         if not found:
             return f"{lead}No archived message matches {query!r}."
@@ -201,29 +239,9 @@ class Archive:
 
 def _snippet(text: str, terms: set[str]) -> str:
     header, _, body = text.partition("\n")
-    start = max(0, _densest(body.lower(), terms) - _SNIPPET // 3)
+    start = max(0, densest(body.lower(), terms, _SNIPPET // 2) - _SNIPPET // 3)
     piece = body[start : start + _SNIPPET].replace("\n", " ")
     return f"{header} {'…' if start else ''}{piece}{'…' if start + _SNIPPET < len(body) else ''}"
-
-
-def _densest(text: str, terms: set[str]) -> int:
-    """Where the most distinct query terms fall within half a snippet's width (the first such
-    place): a word met alone early on (a path, a header) is not where the answer is."""
-    hits = sorted((m.start(), t) for t in terms for m in re.finditer(re.escape(t), text))
-    width = _SNIPPET // 2
-    counts: Counter[str] = Counter()
-    best, at, low = 0, 0, 0
-    for position, term in hits:  # a window sliding over the hits, one pass
-        counts[term] += 1
-        while hits[low][0] < position - width:
-            gone = hits[low][1]
-            counts[gone] -= 1
-            if not counts[gone]:
-                del counts[gone]
-            low += 1
-        if len(counts) > best:
-            best, at = len(counts), hits[low][0]
-    return at
 
 
 def _shown(position: int, message: Message) -> str:
@@ -282,6 +300,11 @@ class Recaller:
         # appended when it has one (no recount of a long history), else the estimate.
         self.estimate = estimate
         self.metrics = metrics
+        self.foresight = Foresight(store, settings, counter)
+
+    async def ahead(self, turn: Turn) -> Turn:
+        """Recall before asking (see `session.recall.ahead`)."""
+        return await self.foresight.apply(turn)
 
     def offer(self, turn: Turn) -> Turn:
         """The turn with the recall tool among those it sends, when it is offered."""

@@ -1,0 +1,294 @@
+"""Recall before asking: archived passages the newest turn names, put back in view.
+
+Real models rarely call `ctxgate_recall` on their own. So before a request is forwarded, when
+its newest turn (the user's message or a tool result, and the arguments of the model's call
+it answers) names something the lineage's archive holds and the view does not, ctxgate puts
+the best few passages back, each with its handle:
+
+    1. exact identifiers first (ids, paths, error names, config keys the turn names);
+    2. for a question, the archived message whose words match it best, when at least
+       `_STRONG` of the question's terms meet in it.
+
+The passages are appended to the newest message, so only the tail of the request changes and
+the provider's cached prefix holds. A placement stays where it was put on every later request
+of the lineage until its next compression (a new checkpoint), so that prefix keeps holding; a
+passage already placed, or whose text the view holds, is never put in twice. All of a
+lineage's placements together are bounded by `ahead_share` of the window; only lineages with
+an archive are searched; `ahead: false` turns it off. Placements live in this process:
+another worker does not see them and leaves the tail as the client sent it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import cast
+
+from compression import (
+    RECALLED_CLOSE,
+    RECALLED_OPEN,
+    Message,
+    TokenCounter,
+    content_text,
+    find_anchors,
+    handle,
+    handoff_text,
+    tool_calls_of,
+)
+from session.config.settings import RecallSettings
+from session.turn import Turn
+from storage import ArchivedMessage, EventRecord, SessionStore, StorageError, search_terms
+
+log = logging.getLogger("ctxgate.recall")
+
+OPEN, CLOSE = RECALLED_OPEN, RECALLED_CLOSE
+_NAMES = 8  # names of the newest turn looked up, at most
+_PASSAGES = 4  # passages placed for one turn, at most
+_PASSAGE_CHARS = 600  # of an archived message, around what the turn names
+_STRONG = 3  # distinct question terms a full-text hit must hold
+_QUESTION_HITS = 5  # full-text hits of a question weighed by how many of its terms they hold
+_LINEAGES = 2048  # lineages whose placements this process remembers
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Text ctxgate appended to one client message."""
+
+    at: int  # the client message's position
+    digest: str  # its chained digest, so an edited history drops the placement
+    text: str
+    handles: tuple[str, ...]
+    tokens: int
+
+
+def newest_names(messages: Sequence[Message]) -> list[str]:
+    """What the newest turn names, in order: the newest message's own, then those of the
+    model's call it answers."""
+    if not messages or messages[-1].get("role") not in ("user", "tool"):
+        return []
+    texts = [content_text(messages[-1])]
+    for message in reversed(messages[:-1]):
+        if message.get("role") == "assistant":
+            texts += [
+                str(call.get("function", {}).get("arguments") or "")
+                for call in tool_calls_of(message)
+            ]
+            break
+    names: dict[str, None] = {}
+    for text in texts:
+        for name in find_anchors(text):
+            names.setdefault(name, None)
+    return list(names)[:_NAMES]
+
+
+def question(messages: Sequence[Message]) -> str | None:
+    """The newest message when it is the user asking something."""
+    if not messages or messages[-1].get("role") != "user":
+        return None
+    text = content_text(messages[-1]).strip()
+    return text if "?" in text and len(search_terms(text).distinct()) >= _STRONG else None
+
+
+def strongest(hits: Sequence[ArchivedMessage], terms: Sequence[str]) -> ArchivedMessage | None:
+    """The hit holding the most distinct terms of the question (the search's order breaks
+    ties), when it holds at least `_STRONG`: a message about the east gate shares "access
+    code gate" with a question about the north gate, the right one holds "north" too."""
+    scored = [
+        (sum(t in content_text(cast(Message, hit.message)).lower() for t in terms), -n, hit)
+        for n, hit in enumerate(hits)
+    ]
+    best = max(scored, key=lambda s: (s[0], s[1]), default=None)
+    return best[2] if best is not None and best[0] >= _STRONG else None
+
+
+def passage(found: ArchivedMessage, about: str | Sequence[str]) -> str:
+    """An archived message as placed: its handle and role, and its text around `about` (a
+    name, or where most of a question's terms meet)."""
+    message = cast(Message, found.message)
+    text = content_text(message)
+    calls = [str(c.get("function", {}).get("arguments") or "") for c in tool_calls_of(message)]
+    text = "\n".join(filter(None, [text, *calls]))
+    lowered = text.lower()
+    at = lowered.find(about.lower()) if isinstance(about, str) else densest(lowered, about, 200)
+    at = max(0, at)
+    start = max(0, at - _PASSAGE_CHARS // 3)
+    piece = text[start : start + _PASSAGE_CHARS]
+    lead, tail = ("…" if start else ""), ("…" if start + _PASSAGE_CHARS < len(text) else "")
+    role = str(message.get("role") or "?")
+    return f"{handle(found.position)} ({role}): {lead}{piece}{tail}"
+
+
+def densest(text: str, terms: Iterable[str], width: int) -> int:
+    """Where the most distinct query terms fall within `width` characters (the first such
+    place): a word met alone early on (a path, a header) is not where the answer is."""
+    hits = sorted((m.start(), t) for t in terms for m in re.finditer(re.escape(t), text))
+    counts: Counter[str] = Counter()
+    best, at, low = 0, 0, 0
+    for position, term in hits:  # a window sliding over the hits, one pass
+        counts[term] += 1
+        while hits[low][0] < position - width:
+            gone = hits[low][1]
+            counts[gone] -= 1
+            if not counts[gone]:
+                del counts[gone]
+            low += 1
+        if len(counts) > best:
+            best, at = len(counts), hits[low][0]
+    return at
+
+
+class Foresight:
+    """Places and keeps the passages of recall before asking, per lineage and checkpoint."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        settings: RecallSettings,
+        counter: Callable[[Turn], TokenCounter],
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.counter = counter
+        self._placed: OrderedDict[str, tuple[int, list[Placement]]] = OrderedDict()
+
+    def wanted(self, turn: Turn) -> bool:
+        on = self.settings.enabled and self.settings.ahead
+        return on and turn.checkpoint_id is not None and not turn.request.passthrough
+
+    async def apply(self, turn: Turn) -> Turn:
+        """The turn with its lineage's placements in view, and a new one for its newest turn
+        when that names what the archive holds and the view does not."""
+        if not self.wanted(turn) or not turn.view:
+            return turn
+        turn = turn.with_digests()
+        digests = turn.digests or ()
+        lineage = turn.checkpoint_key or turn.key.key
+        checkpoint, placements = self._placed.get(lineage, (turn.checkpoint_id or 0, []))
+        if checkpoint != turn.checkpoint_id:
+            placements = []  # a compression since: the view starts over
+        placements = [p for p in placements if p.at < len(digests) and digests[p.at] == p.digest]
+        newest = len(turn.messages) - 1
+        if newest >= 0 and not any(p.at == newest for p in placements):
+            started = time.perf_counter()
+            made = await self._place(turn, placements, newest, digests[newest])
+            if made is not None:
+                placements.append(made)
+                await self._record(turn, made, time.perf_counter() - started)
+        self._remember(lineage, turn.checkpoint_id or 0, placements)
+        return _placed(turn, placements)
+
+    def _remember(self, lineage: str, checkpoint: int, placements: list[Placement]) -> None:
+        self._placed[lineage] = (checkpoint, placements)
+        self._placed.move_to_end(lineage)
+        while len(self._placed) > _LINEAGES:
+            self._placed.popitem(last=False)
+
+    async def _place(
+        self, turn: Turn, placements: list[Placement], at: int, digest: str
+    ) -> Placement | None:
+        view = _placed(turn, placements).forwarded_view()
+        shown = "\n".join(_texts(view))
+        # What the view says of a name before the newest turn; a name the handoff only lists
+        # (anchors, working set) is not what the archive says of it.
+        older = view[: _turn_start(view)]
+        told = "\n".join(_texts([m for m in older if handoff_text(m) is None]))
+        placed = {h for p in placements for h in p.handles}
+        # One share of the window for all the lineage's placements until its next compression:
+        # each stays in every later request, so per-request shares would pile up.
+        spent = sum(p.tokens for p in placements)
+        budget = int(turn.context_length * self.settings.ahead_share) - spent
+        if budget <= 0:
+            return None
+        counter = self.counter(turn)
+        chosen: dict[int, str] = {}
+        try:
+            for name in (n for n in newest_names(turn.messages) if n not in told):
+                for found in await self.store.search_archive(turn.key, name, 2):
+                    text = content_text(cast(Message, found.message))
+                    if name in text and found.position not in chosen:
+                        chosen[found.position] = passage(found, name)
+                        break
+            asked = question(turn.messages)
+            if asked is not None and len(chosen) < _PASSAGES:
+                terms = search_terms(asked).distinct()
+                hits = await self.store.search_archive(turn.key, asked, _QUESTION_HITS)
+                best = strongest(hits, terms)
+                if best is not None:
+                    chosen.setdefault(best.position, passage(best, terms))
+        except StorageError as exc:
+            log.warning("session %s: recall before asking could not search: %s", turn.key.key, exc)
+            return None
+        kept: list[tuple[str, str]] = []
+        used = counter.count_text(OPEN + CLOSE)
+        for position, text in list(chosen.items())[:_PASSAGES]:
+            name = handle(position)
+            body = text.split(": ", 1)[-1].strip("…")
+            if name in placed or body[:200] in shown:
+                continue  # placed before, or the view holds it
+            cost = counter.count_text(text) + 2
+            if used + cost > budget:
+                break
+            kept.append((name, text))
+            used += cost
+        if not kept:
+            return None
+        block = "\n".join([OPEN, *(text for _, text in kept), CLOSE])
+        return Placement(at, digest, block, tuple(name for name, _ in kept), used)
+
+    async def _record(self, turn: Turn, made: Placement, seconds: float) -> None:
+        event = EventRecord(
+            sk=turn.key,
+            trigger="recall-ahead",
+            outcome="placed",
+            tokens_before=0,
+            tokens_after=made.tokens,
+            messages_before=len(turn.view),
+            messages_after=len(made.handles),  # the passages placed
+            duration_ms=seconds * 1000,
+        )
+        try:
+            await self.store.add_event(event)
+        except StorageError as exc:
+            log.warning("session %s: a recall-ahead event was not stored: %s", turn.key.key, exc)
+
+
+def _placed(turn: Turn, placements: Sequence[Placement]) -> Turn:
+    """The turn with each placement to be appended to its client message when forwarded (the
+    view the session keeps, compresses and measures stays the client's)."""
+    if not placements:
+        return turn
+    view = turn.view
+    placed: list[tuple[int, str]] = []
+    for placement in placements:
+        index = turn.replacement_len + placement.at - turn.prefix_len
+        if turn.replacement_len <= index < len(view) and view[index] is turn.messages[placement.at]:
+            placed.append((index, placement.text))
+    newest = [p for p in placements if p.at == len(turn.messages) - 1]
+    return replace(
+        turn,
+        placed=tuple(placed),
+        ahead=tuple(h for p in newest for h in p.handles),
+        ahead_tokens=sum(p.tokens for p in placements),
+    )
+
+
+def _turn_start(view: Sequence[Message]) -> int:
+    """Where the newest turn starts: the newest message, or the model's call a tool result
+    answers."""
+    start = len(view) - 1
+    if start >= 0 and view[start].get("role") == "tool":
+        while start > 0 and view[start].get("role") != "assistant":
+            start -= 1
+    return max(0, start)
+
+
+def _texts(view: Sequence[Message]) -> list[str]:
+    texts = [content_text(m) for m in view]
+    texts += [
+        str(c.get("function", {}).get("arguments") or "") for m in view for c in tool_calls_of(m)
+    ]
+    return texts

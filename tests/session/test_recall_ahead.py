@@ -1,0 +1,225 @@
+"""Recall before asking: what the newest turn names comes back into view before forwarding.
+
+The conversation of tests/session/test_recall.py (a fact planted in an early tool result, then
+long reads past it) is compressed at an 8K window. The user then names the file that held the
+fact, or asks about it in words; the simulated model answers from its view only, never calling
+the recall tool. ctxgate must have put the archived passage, with its handle, at the end of
+the request: the earlier messages, and so the provider's cached prefix, unchanged; on the next
+request the placement stays where it was put and is not put in twice.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from session.identity import scope_for
+from session.recall.ahead import strongest
+from storage import ArchivedMessage, search_terms
+from tests.servers import ProxyServer, settings_for
+from tests.session.test_recall import (
+    FACT,
+    MODEL,
+    WINDOW,
+    client_for,
+    history,
+    proxy_for,
+)
+from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator.fixtures import simulator_fixture
+
+
+def from_view_only(body: dict[str, Any]) -> Reply | None:
+    """A model that never recalls: it answers from what its view holds."""
+    if is_summary_request(body):
+        return None
+    if FACT in json.dumps(body["messages"]):
+        return Reply(content=f"From view: {FACT}.")
+    return Reply(content="I do not know.")
+
+
+sim = simulator_fixture(
+    {MODEL: ModelSpec(window=WINDOW)}, responder=lambda: from_view_only, validate_messages=True
+)
+
+
+def ask(proxy: Any, messages: list[dict[str, Any]]) -> tuple[str, dict[str, str]]:
+    raw = client_for(proxy).chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        extra_headers={"X-Session-Id": "ahead"},
+    )
+    return raw.parse().choices[0].message.content or "", dict(raw.headers)
+
+
+def ahead_events(proxy: Any) -> list[dict[str, Any]]:
+    url = f"{proxy.base_url.removesuffix('/v1')}/admin/sessions/{scope_for('sk-recall')}/ahead"
+    events = httpx.get(url, headers={"Authorization": "Bearer adm"}).json()["events"]
+    return [e for e in events if e["trigger"] == "recall-ahead"]
+
+
+def forwarded(sim: Simulator) -> list[dict[str, Any]]:
+    return [r.body for r in sim.received if r.body and not r.is_summary and r.is_chat]
+
+
+@pytest.mark.parametrize(
+    "asked",
+    ["Show me what REVIEW.md says, please.", "Where does the design review happen, again?"],
+    ids=["names-a-file", "asks-in-words"],
+)
+def test_the_passage_the_turn_names_is_put_at_the_end(
+    sim: Simulator, tmp_path: Any, asked: str
+) -> None:
+    with proxy_for(sim, tmp_path, ahead=True) as proxy:
+        messages = history()
+        messages[-1] = {"role": "user", "content": "Go on with the handlers."}
+        ask(proxy, messages)  # compresses: the fact is archived
+        before = forwarded(sim)[-1]["messages"]
+        assert FACT not in json.dumps(before)
+        messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": asked}]
+        text, headers = ask(proxy, messages)
+        sent = forwarded(sim)[-1]["messages"]
+        assert text == f"From view: {FACT}."
+        assert sent[: len(before)] == before  # the prefix the provider cached is untouched
+        last = sent[-1]["content"]
+        assert last.startswith(asked) and FACT in last
+        placed = headers["x-ctxgate-recalled-ahead"]
+        assert placed.startswith("m") and f"{placed.split(',')[0]} (tool)" in last
+        # The next request: the placement stays where it was, once.
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "ok"}]
+        _, later = ask(proxy, messages)
+        again = forwarded(sim)[-1]["messages"]
+        assert again[: len(sent)] == sent
+        assert json.dumps(again).count("[ctxgate recalled these") == 1
+        assert "x-ctxgate-recalled-ahead" not in later
+        events = ahead_events(proxy)
+    # One placement, reported once: its passages and their tokens.
+    assert [(e["outcome"], e["messages_after"]) for e in events] == [
+        ("placed", len(placed.split(",")))
+    ]
+    assert events[0]["tokens_after"] > 0
+
+
+def test_the_switch_turns_it_off(sim: Simulator, tmp_path: Any) -> None:
+    with proxy_for(sim, tmp_path, ahead=False) as proxy:
+        messages = history()
+        messages[-1] = {"role": "user", "content": "Go on with the handlers."}
+        ask(proxy, messages)
+        messages += [
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Show me what REVIEW.md says, please."},
+        ]
+        text, headers = ask(proxy, messages)
+    assert text == "I do not know." and "x-ctxgate-recalled-ahead" not in headers
+
+
+def anthropic_history() -> list[dict[str, Any]]:
+    """The same conversation as Claude Code sends it: tool_use and tool_result blocks."""
+    out: list[dict[str, Any]] = []
+    for message in history()[1:]:
+        if message["role"] == "user":
+            out.append({"role": "user", "content": [{"type": "text", "text": message["content"]}]})
+        elif message["role"] == "assistant":
+            call = message["tool_calls"][0]
+            block = {
+                "type": "tool_use",
+                "id": f"toolu_{call['id']}",
+                "name": "read_file",
+                "input": json.loads(call["function"]["arguments"]),
+            }
+            out.append({"role": "assistant", "content": [block]})
+        else:
+            result = {
+                "type": "tool_result",
+                "tool_use_id": f"toolu_{message['tool_call_id']}",
+                "content": message["content"],
+            }
+            out.append({"role": "user", "content": [result]})
+    return out
+
+
+def test_on_the_messages_api_the_passage_ends_the_last_user_turn(
+    sim: Simulator, tmp_path: Any
+) -> None:
+    tools = [
+        {
+            "name": "read_file",
+            "description": "Read a file",
+            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+        }
+    ]
+    settings = settings_for(
+        sim.base_url,
+        str(tmp_path / "ahead.db"),
+        api_key=None,
+        models=[{"match": "*", "upstream": "sim", "context_length": WINDOW}],
+        compression={"background": False, "recall": {"ahead": True}},
+        upstreams={"sim": {"base_url": sim.base_url, "apis": ["chat", "messages"]}},
+    )
+    with ProxyServer(settings) as proxy:
+        client = anthropic.Anthropic(
+            base_url=proxy.base_url.removesuffix("/v1"), api_key="sk-recall", max_retries=0
+        )
+        messages = anthropic_history()
+        messages[-1] = {"role": "user", "content": [{"type": "text", "text": "Go on."}]}
+
+        def send() -> tuple[str, dict[str, str]]:
+            raw = client.messages.with_raw_response.create(
+                model=MODEL,
+                max_tokens=512,
+                system="You are a coding agent in /srv/app.",
+                messages=messages,  # type: ignore[arg-type]
+                tools=tools,  # type: ignore[arg-type]
+                extra_headers={"X-Session-Id": "ahead-messages"},
+            )
+            blocks = raw.parse().content
+            return "".join(b.text for b in blocks if b.type == "text"), dict(raw.headers)
+
+        send()
+        messages += [
+            {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+            {"role": "user", "content": [{"type": "text", "text": "What does REVIEW.md say?"}]},
+        ]
+        text, headers = send()
+    sent = [r for r in sim.received if r.is_messages and not r.is_summary][-1].body["messages"]
+    assert text == f"From view: {FACT}."
+    assert "x-ctxgate-recalled-ahead" in headers
+    last = sent[-1]["content"]
+    assert last[0]["text"] == "What does REVIEW.md say?" and FACT in json.dumps(last)
+
+
+def test_a_question_gets_the_passage_that_holds_most_of_its_words() -> None:
+    def archived(position: int, text: str) -> ArchivedMessage:
+        return ArchivedMessage(position, {"role": "tool", "content": text}, 1, 0.0)
+
+    east = archived(4, "The access code for the east gate is NEEDLE-1.")
+    north = archived(9, "The access code for the north gate is NEEDLE-2.")
+    other = archived(12, "The gate log rotated.")
+    terms = search_terms("What is the access code for the north gate?").distinct()
+    assert strongest([east, north, other], terms) is north  # the search ranked east first
+    assert strongest([other], terms) is None  # one shared word is no match
+
+
+def test_the_lineages_placements_share_one_budget(sim: Simulator, tmp_path: Any) -> None:
+    """Each placement stays in every later request until the next compression, so all of
+    them together stay within `ahead_share` of the window: here room for one passage."""
+    with proxy_for(sim, tmp_path, ahead=True, ahead_share=0.03) as proxy:
+        messages = history()
+        messages[-1] = {"role": "user", "content": "Go on with the handlers."}
+        ask(proxy, messages)
+        messages += [
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Show me what REVIEW.md says, please."},
+        ]
+        _, first = ask(proxy, messages)
+        messages += [
+            {"role": "assistant", "content": "Shown."},
+            {"role": "user", "content": "And what does handler_5_3 return?"},
+        ]
+        _, second = ask(proxy, messages)
+    assert "x-ctxgate-recalled-ahead" in first
+    assert "x-ctxgate-recalled-ahead" not in second
