@@ -14,8 +14,28 @@ and `proxy.http_errors` maps errors to HTTP; both are shared by every stage and 
 docstrings, and fails on any import circle.
 """
 
-from proxy.config_file import load_settings
-from proxy.edge.app import create_app
-from session.config.settings import Settings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from proxy.config_file import load_settings
+    from proxy.edge.app import create_app
+    from session.config.settings import Settings
 
 __all__ = ["Settings", "create_app", "load_settings"]
+
+# Loaded on first use, not with the package: `ctxgate run` must own its signals before the web
+# stack (seconds of imports) loads.
+_HOMES = {
+    "Settings": "session.config.settings",
+    "create_app": "proxy.edge.app",
+    "load_settings": "proxy.config_file",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'proxy' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

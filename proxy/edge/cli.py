@@ -9,15 +9,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from proxy.config_file import SettingsError, load_settings
-
 log = logging.getLogger("ctxgate")
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.config_file import worker_count
+    from proxy.config_file import load_settings, worker_count
     from proxy.edge.app import create_app
     from proxy.edge.logs import configure_logging
 
@@ -70,6 +68,7 @@ def _tune_gc() -> None:
 def _compress(args: argparse.Namespace) -> int:
     import asyncio
 
+    from proxy.config_file import load_settings
     from proxy.edge.offline import compress_file
 
     settings = load_settings(args.config)
@@ -127,6 +126,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "run":
+        return _main(args)
+    # First, before the web stack loads: a signal during start-up ends `run` quietly.
+    from proxy.edge.run.process import Stopped, stop_quietly
+
+    stop_quietly()
+    try:
+        return _main(args)
+    except Stopped as stopped:
+        return 128 + stopped.signum
+
+
+def _main(args: argparse.Namespace) -> int:
+    from proxy.config_file import SettingsError
+
     try:
         code: int = args.run(args)
     except SettingsError as exc:

@@ -8,7 +8,6 @@ way Google does, so that a client's mistake never travels upstream nor turns int
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from session.errors import BadRequest
 
@@ -17,6 +16,20 @@ from session.errors import BadRequest
 _KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
 _NAME_LIMIT = 128
 _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
+
+# The optional fields checked of each shape: wire key -> (Google's name, types, in words).
+_Fields = dict[str, tuple[str, type | tuple[type, ...], str]]
+_PART: _Fields = {"text": ("text", str, "a string")}
+_DECLARATION: _Fields = {
+    "description": ("description", str, "a string"),
+    "parameters": ("parameters", dict, "a Schema object"),
+    "parametersJsonSchema": ("parameters_json_schema", (dict, bool), "a JSON Schema"),
+}
+_CALL: _Fields = {"id": ("id", str, "a string"), "args": ("args", dict, "a JSON object")}
+_RESPONSE: _Fields = {
+    "id": ("id", str, "a string"),
+    "response": ("response", dict, "a JSON object"),
+}
 
 
 def api_key(value: str, where: str) -> str:
@@ -55,17 +68,7 @@ def _check_declaration(where: str, declaration: object) -> None:
     if not isinstance(declaration, dict):
         raise BadRequest(f"Invalid value at '{where}': expected a FunctionDeclaration object.")
     _check_name(where, declaration.get("name"))
-    description = declaration.get("description")
-    if description is not None and not isinstance(description, str):
-        raise BadRequest(f"Invalid value at '{where}.description': expected a string.")
-    parameters = declaration.get("parameters")
-    if parameters is not None and not isinstance(parameters, dict):
-        raise BadRequest(f"Invalid value at '{where}.parameters': expected a Schema object.")
-    schema = declaration.get("parametersJsonSchema")
-    if schema is not None and not isinstance(schema, (dict, bool)):
-        raise BadRequest(
-            f"Invalid value at '{where}.parameters_json_schema': expected a JSON Schema."
-        )
+    _check_fields(where, declaration, _DECLARATION)
 
 
 def _check_name(where: str, name: object) -> None:
@@ -79,24 +82,25 @@ def _check_name(where: str, name: object) -> None:
         )
 
 
-def check_part(where: str, part: dict[str, Any]) -> None:
+def check_part(where: str, part: dict[str, object]) -> None:
     """A part's text, function call and function response, where present."""
-    text = part.get("text")
-    if text is not None and not isinstance(text, str):
-        raise BadRequest(f"Invalid value at '{where}.text': expected a string.")
+    _check_fields(where, part, _PART)
     if "functionCall" in part:
-        _check_call(f"{where}.function_call", part["functionCall"], "args")
+        _check_call(f"{where}.function_call", part["functionCall"], _CALL)
     if "functionResponse" in part:
-        _check_call(f"{where}.function_response", part["functionResponse"], "response")
+        _check_call(f"{where}.function_response", part["functionResponse"], _RESPONSE)
 
 
-def _check_call(where: str, call: object, payload: str) -> None:
+def _check_call(where: str, call: object, fields: _Fields) -> None:
     if not isinstance(call, dict):
         raise BadRequest(f"Invalid value at '{where}': expected an object.")
     _check_name(where, call.get("name"))
-    identifier = call.get("id")
-    if identifier is not None and not isinstance(identifier, str):
-        raise BadRequest(f"Invalid value at '{where}.id': expected a string.")
-    value = call.get(payload)
-    if value is not None and not isinstance(value, dict):
-        raise BadRequest(f"Invalid value at '{where}.{payload}': expected a JSON object.")
+    _check_fields(where, call, fields)
+
+
+def _check_fields(where: str, value: dict[str, object], fields: _Fields) -> None:
+    """Each optional field of `fields` that `value` holds is of its type."""
+    for key, (name, kinds, expected) in fields.items():
+        field = value.get(key)
+        if field is not None and not isinstance(field, kinds):
+            raise BadRequest(f"Invalid value at '{where}.{name}': expected {expected}.")
