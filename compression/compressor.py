@@ -28,6 +28,7 @@ from compression.assembly.planning import (
     plan_cut,
     summary_tokens,
     worth_summarizing,
+    yielded,
 )
 from compression.assembly.splice import assemble
 from compression.counting.figures import PassFigures
@@ -227,21 +228,28 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
     fixed = run.figures.base + run.figures.span(0, head) + run.pins.tokens_in(head, len(run.view))
     users = carry_need(run.view, head, run.figures, run.pins.indices)
     files = files_need(run.reads, head, run.figures.counter.count_text)
+    # The threshold is in the provider's tokens, the plan's figures in ours: where the
+    # provider counts more, the plan aims that much lower.
+    ratio = max(1.0, run.calibration)
+    limits = replace(run.limits, threshold=int(run.limits.threshold / ratio))
     plan: CutPlan | None = None
     for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
-        budgets = budgets_for(run.options, run.limits, fixed, level, users, files)
+        budgets = budgets_for(run.options, limits, fixed, level, users, files)
         candidate = plan_cut(run.view, run.figures, run.pairing, head, budgets, level)
         if candidate.empty:
             continue
         plan = candidate
-        if _estimate(run, candidate) <= budgets.target:
+        overshoot = _estimate(run, candidate) - budgets.target
+        if overshoot <= 0:
             break
+        if level == MAX_LEVEL:  # nothing else left: what is carried verbatim yields
+            plan = replace(candidate, budgets=yielded(budgets, overshoot))
     return plan or plan_cut(
         run.view,
         run.figures,
         run.pairing,
         head,
-        budgets_for(run.options, run.limits, fixed, MAX_LEVEL, users, files),
+        budgets_for(run.options, limits, fixed, MAX_LEVEL, users, files),
         MAX_LEVEL,
     )
 

@@ -475,7 +475,9 @@ def test_session_survives_a_replica_killed_mid_request(
         agent.step(i)
     # Round robin, request by request, over both replicas.
     assert set(agent.served_by) == {"ctxgate-a", "ctxgate-b"}, agent.served_by
-    assert all(a != b for a, b in zip(agent.served_by, agent.served_by[1:], strict=False))
+    assert all(a != b for a, b in zip(agent.served_by, agent.served_by[1:], strict=False)), (
+        agent.served_by
+    )
     settle(sim)
     checkpoints_before, archive_before = stored(pg_url, agent.session)
     assert checkpoints_before, "no compression before the kill: the test proves nothing"
