@@ -12,6 +12,7 @@ in the returned `EngineState`.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -239,11 +240,8 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
         if candidate.empty:
             continue
         plan = candidate
-        overshoot = _estimate(run, candidate) - budgets.target
-        if overshoot <= 0:
+        if _estimate(run, candidate) <= budgets.target:
             break
-        if level == MAX_LEVEL:  # nothing else left: what is carried verbatim yields
-            plan = replace(candidate, budgets=yielded(budgets, overshoot))
     return plan or plan_cut(
         run.view,
         run.figures,
@@ -381,13 +379,20 @@ def _finish(
     # What the files leave of their budget goes to the user's words.
     spare = max(0, plan.budgets.files - files.tokens)
     carrying = replace(plan, budgets=replace(plan.budgets, carry=plan.budgets.carry + spare))
-    users, anchors = carry_section(
-        view, carrying, figures, options, count, kept, frozenset(lifted), (body, reply or "")
-    )
-    handoff = Handoff(body, users.texts, reply, anchors, files.files)
-    result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
-    after = figures.view(result)
-    projected = int(after * run.calibration)
+    for _ in range(2):
+        users, anchors = carry_section(
+            view, carrying, figures, options, count, kept, frozenset(lifted), (body, reply or "")
+        )
+        handoff = Handoff(body, users.texts, reply, anchors, files.files)
+        result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
+        after = figures.view(result)
+        projected = int(after * run.calibration)
+        if projected < limit or not users.texts or plan.level < MAX_LEVEL:
+            break
+        # The most the cut could shrink is done and the view is still over: the user's words
+        # carried verbatim yield (clipped, with their handle) so that it fits.
+        over = math.ceil((projected - int(limit * TARGET_SHARE)) / run.calibration)
+        carrying = replace(carrying, budgets=yielded(carrying.budgets, over))
     check_invariants(result)
     if after >= figures.total or (not run.ctx.force and projected >= limit):
         why = (

@@ -56,3 +56,29 @@ async def test_carried_words_yield_so_a_forced_pass_fits(words_chars: int) -> No
     assert CharCounter().count_messages(out.messages) * RATIO < threshold
     assert out.tokens_after < threshold
     assert INSTRUCTION in str(out.messages)
+
+
+async def test_when_the_tail_alone_fills_the_window_the_carried_words_yield() -> None:
+    """The newest build log is long and stays verbatim (the tail's floor): at the most
+    aggressive cut the view is still over, so the user's words carried in the handoff are
+    clipped to make it fit (without this, a forced pass sends a view the provider refuses
+    again)."""
+    messages = wordy_history(steps=14, words_chars=1500)
+    long_log = "\n".join(f"[ 99%] Linking CXX shared library lib/part_{n}.so" for n in range(30))
+    messages += tool_round("c-final", long_log, command="make all")
+    refused = int(CharCounter().count_messages(messages) * RATIO)
+    ctx = context(
+        summarize=ScriptedSummarizer(default="## Goal\nfix the build\n"),
+        context_length=2_048,
+        max_output_tokens=24,
+        force=True,
+        current_tokens=refused,
+        now=1.0,
+    )
+    out = await ENGINE.compress(messages, ctx)
+    assert out.outcome == "compressed", out.error
+    check_invariants(out.messages)
+    threshold = ENGINE.limits(2_048, 24).threshold
+    assert out.tokens_after < threshold
+    assert any(m.get("content") == long_log for m in out.messages)  # the newest result, whole
+    assert out.clipped, "no carried message was clipped"
