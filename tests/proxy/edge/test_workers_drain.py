@@ -56,6 +56,7 @@ def test_a_draining_server_refuses_new_connections_at_once(served: Workers, sim:
     thread.join(60)
     http.close()
     assert refused_after is not None, "new connections were still accepted 2 s into the drain"
+    print(f"\nnew connections refused {refused_after:.2f}s into the drain")
     assert draining, "the drain was over before the check: it proves nothing"
     assert "error" not in result, result  # the request in flight still finished
     assert result["answer"].parse().choices[0].message.content == "the slow answer"
