@@ -12,6 +12,7 @@ in the returned `EngineState`.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,6 +29,7 @@ from compression.assembly.planning import (
     plan_cut,
     summary_tokens,
     worth_summarizing,
+    yielded,
 )
 from compression.assembly.splice import assemble
 from compression.counting.figures import PassFigures
@@ -230,9 +232,13 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
     fixed = run.figures.base + run.figures.span(0, head) + run.pins.tokens_in(head, len(run.view))
     users = carry_need(run.view, head, run.figures, run.pins.indices)
     files = files_need(run.reads, head, run.figures.counter.count_text)
+    # The threshold is in the provider's tokens, the plan's figures in ours: where the
+    # provider counts more, the plan aims that much lower.
+    ratio = max(1.0, run.calibration)
+    limits = replace(run.limits, threshold=int(run.limits.threshold / ratio))
     plan: CutPlan | None = None
     for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
-        budgets = budgets_for(run.options, run.limits, fixed, level, users, files)
+        budgets = budgets_for(run.options, limits, fixed, level, users, files)
         candidate = plan_cut(run.view, run.figures, run.pairing, head, budgets, level)
         if candidate.empty:
             continue
@@ -244,7 +250,7 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
         run.figures,
         run.pairing,
         head,
-        budgets_for(run.options, run.limits, fixed, MAX_LEVEL, users, files),
+        budgets_for(run.options, limits, fixed, MAX_LEVEL, users, files),
         MAX_LEVEL,
     )
 
@@ -382,21 +388,28 @@ def _finish(
     budgets = replace(plan.budgets, carry=plan.budgets.carry + spare)
     budgets = replace(budgets, anchors=max(0, budgets.anchors - lines))
     carrying = replace(plan, budgets=budgets)
-    users, anchors = carry_section(
-        view,
-        carrying,
-        figures,
-        options,
-        count,
-        kept,
-        frozenset(lifted),
-        (body, reply or ""),
-        run.working,
-    )
-    handoff = Handoff(body, users.texts, reply, anchors, files.files, working)
-    result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
-    after = figures.view(result)
-    projected = int(after * run.calibration)
+    for _ in range(2):
+        users, anchors = carry_section(
+            view,
+            carrying,
+            figures,
+            options,
+            count,
+            kept,
+            frozenset(lifted),
+            (body, reply or ""),
+            run.working,
+        )
+        handoff = Handoff(body, users.texts, reply, anchors, files.files, working)
+        result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
+        after = figures.view(result)
+        projected = int(after * run.calibration)
+        if projected < limit or not users.texts or plan.level < MAX_LEVEL:
+            break
+        # The most the cut could shrink is done and the view is still over: the user's words
+        # carried verbatim yield (clipped, with their handle) so that it fits.
+        over = math.ceil((projected - int(limit * TARGET_SHARE)) / run.calibration)
+        carrying = replace(carrying, budgets=yielded(carrying.budgets, over))
     check_invariants(result)
     if after >= figures.total or (not run.ctx.force and projected >= limit):
         why = (

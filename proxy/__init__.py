@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Settings", "create_app", "load_settings"]
 
-# Imported when first asked for: every `proxy.*` import runs this file, and the `ctxgate`
-# command's parser (its `--help`) must not pay for the web framework and the database.
+# Imported when first asked for: every `proxy.*` import runs this file, and neither the
+# `ctxgate` command's parser (its `--help`) nor `ctxgate run`, which must own its signals
+# first, may pay for the web framework and the database before they need them.
 _HOMES = {
     "Settings": "session.config.settings",
     "create_app": "proxy.edge.app",

@@ -204,6 +204,12 @@ class Conversations:
         if turn.request.passthrough:
             # Most of the prompt is on the provider: nothing to shrink, nothing to learn from.
             return turn, f"forwarded untouched ({turn.request.passthrough})"
+        if overflow.prompt_tokens is not None and overflow.kind != "bytes":
+            # The provider's own count of the prompt it refused: the calibration learns from
+            # it as from an answer's usage, so the retry is sized in the provider's tokens.
+            estimate = estimate_view(turn, *self._counting(turn))
+            self.models.calibrate(turn.request.model, overflow.prompt_tokens, estimate)
+            turn = replace(turn, estimate=None)
         window = overflow.window
         if window is None:
             failing = overflow.prompt_tokens or estimate_view(turn, *self._counting(turn))

@@ -50,7 +50,13 @@ class Models:
         return self.calibrations.get(model) or Calibration()
 
     def calibrate(self, model: str, real: int, estimate: int) -> None:
-        self.calibrations[model] = self.calibration(model).observe(real, estimate)
+        """Learn from a provider's count `real` of a prompt ctxgate estimated at `estimate`
+        (a calibrated figure, as every estimate ctxgate acts on). The sample is taken against
+        the raw count it came from: against the calibrated one, each sample would pull the
+        ratio back towards 1, settling at the square root of the true ratio."""
+        calibration = self.calibration(model)
+        raw = round(estimate / calibration.ratio) if calibration.samples else estimate
+        self.calibrations[model] = calibration.observe(real, raw)
 
     def context_length(self, rule: ModelRule, model: str) -> int:
         """The configured window, or the smaller one a provider's error revealed."""

@@ -81,6 +81,7 @@ _WINDOW = [
     re.compile(r"while limit is (\d+)", re.IGNORECASE),
     re.compile(r"maximum number of tokens allowed \((\d+)\)", re.IGNORECASE),
     re.compile(r"exceed context limit: \d+ \+ \d+ > (\d+)", re.IGNORECASE),
+    re.compile(r"exceed context window of (\d+)", re.IGNORECASE),  # llama-cpp-python, raw
 ]
 _PROMPT = [
     re.compile(r"request \((\d+) tokens\)", re.IGNORECASE),
@@ -92,11 +93,13 @@ _PROMPT = [
     re.compile(r"The input \((\d+) tokens\)", re.IGNORECASE),
     re.compile(r"exceed context limit: (\d+) \+", re.IGNORECASE),
     re.compile(r"input token count \((\d+)\)", re.IGNORECASE),  # Gemini
+    re.compile(r"Requested tokens \((\d+)\) exceed", re.IGNORECASE),  # llama-cpp-python, raw
 ]
 
 
 def _error_fields(body: bytes) -> tuple[str, str, str]:
-    """(code, type, message) from any of the error shapes providers use."""
+    """(code, type, message) from any of the error shapes providers use (FastAPI's `detail`
+    included: llama-cpp-python's server answers with it where its own mapping does not)."""
     try:
         data: Any = orjson.loads(body) if body else None
     except orjson.JSONDecodeError:
@@ -107,7 +110,7 @@ def _error_fields(body: bytes) -> tuple[str, str, str]:
         return "", "", ""
     if not isinstance(data, dict):
         return "", "", str(data)[:4000]
-    error = data.get("error", data)
+    error = data.get("error", data.get("detail", data))
     if isinstance(error, str):
         return "", str(data.get("error_type", "")), error
     if not isinstance(error, dict):
@@ -128,6 +131,20 @@ def _first_int(patterns: list[re.Pattern[str]], text: str) -> int | None:
     return None
 
 
+def _stated(body: bytes, field: str) -> int | None:
+    """A figure llama.cpp's server states as a field of its error (`n_ctx`,
+    `n_prompt_tokens`), read only where the body names it."""
+    if field.encode() not in body:
+        return None
+    try:
+        data: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    error = data.get("error") if isinstance(data, dict) else None
+    value = error.get(field) if isinstance(error, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def classify_overflow(status: int, body: bytes) -> Overflow | None:
     """An `Overflow` when the upstream's answer means the request is too large, else None."""
     if status < 400 or status == 429:
@@ -146,8 +163,8 @@ def classify_overflow(status: int, body: bytes) -> Overflow | None:
         if status == 413 and not message:
             return Overflow("bytes", None, None, "request too large (413, no body)")
         return None
-    window = _first_int(_WINDOW, message)
-    prompt = _first_int(_PROMPT, message)
+    window = _stated(body, "n_ctx") or _first_int(_WINDOW, message)
+    prompt = _stated(body, "n_prompt_tokens") or _first_int(_PROMPT, message)
     if type_ == "request_too_large" or (status == 413 and window is None):
         kind: Kind = "bytes"
     elif _OUTPUT_TOO_LARGE.search(message):

@@ -12,7 +12,7 @@ them when it can, otherwise the plan says to restate / carry them after the summ
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compression.counting.figures import PassFigures
 from compression.messages.content import has_text
@@ -117,6 +117,17 @@ def budgets_for(
         anchors=anchors,
         files=reads,
     )
+
+
+def yielded(budgets: Budgets, overshoot: int) -> Budgets:
+    """The budgets with the user's words carried verbatim given up by `overshoot` tokens:
+    when the most aggressive cut still does not fit, nothing else is left to shrink, and a
+    handoff that does not fit fails the request it was made for. What no longer fits is
+    clipped with its handle (`compression.verbatim.userwords`). The newest file reads keep
+    their own budget: the next edit needs them whole."""
+    if overshoot <= 0:
+        return budgets
+    return replace(budgets, carry=max(0, budgets.carry - overshoot))
 
 
 def plan_cut(

@@ -135,6 +135,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "run":
+        return _main(args)
+    # First, before the web stack loads: a signal during start-up ends `run` quietly.
+    from proxy.edge.run.process import Stopped, stop_quietly
+
+    stop_quietly()
+    try:
+        return _main(args)
+    except Stopped as stopped:
+        return 128 + stopped.signum
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         code: int = args.run(args)
     except SettingsError as exc:

@@ -23,6 +23,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 from starlette.types import Scope
 
+from proxy.doors.gemini.checks import api_key
 from proxy.doors.gemini.gemini_door import GENERATE, STREAM, GeminiDoor
 from proxy.edge.relay import answered, relay_headers, relayed
 from proxy.edge.routes import header_dict, read_body, services_of
@@ -37,8 +38,8 @@ router = APIRouter()
 _API = "gemini"
 _PREFIXES = ("/v1beta/", "/v1/")
 _KEY_HEADER = "x-goog-api-key"
-_ACTION = re.compile(r"^/(?:v1beta|v1)/models/([^/:]+):([A-Za-z]+)$")
-_MODEL = re.compile(r"^/(?:v1beta|v1)/(?:models|tunedModels)/([^/:]+)")
+_ACTION = re.compile(r"^/(?:v1beta|v1)/models/([^/:]*):([A-Za-z]+)$")
+_MODEL = re.compile(r"^/(?:v1beta|v1)/(?:models|tunedModels)/([^/:]*)")
 ENVELOPE = GeminiDoor()  # writes ctxgate's own errors on Gemini paths
 
 
@@ -54,23 +55,41 @@ def is_generate_path(path: str) -> bool:
 
 def door_for(scope: Scope) -> GeminiDoor | None:
     """The door for a `generateContent` or `streamGenerateContent` path, else None; a key in
-    the query moves into the scope's headers."""
+    the query moves into the scope's headers. A request the door must refuse (a malformed key,
+    no model) gets a door that refuses it once its body is read, so that the answer is a 400
+    in Google's envelope on a connection that stays open."""
     found = _ACTION.match(scope["path"])
     if found is None or found.group(2) not in (GENERATE, STREAM):
         return None
-    query = _key_to_header(scope)
+    stream = found.group(2) == STREAM
+    try:
+        query = _key_to_header(scope)
+        model = _model_named(found.group(1))
+    except BadRequest as exc:
+        return GeminiDoor.at("", stream, refused=exc)
     kept = urlencode([(k, v) for k, v in query if k != "alt"])
-    return GeminiDoor.at(found.group(1), found.group(2) == STREAM, kept)
+    return GeminiDoor.at(model, stream, kept)
+
+
+def _model_named(model: str) -> str:
+    if not model:
+        raise BadRequest("* GenerateContentRequest.model: model is required (the path names none).")
+    return model
 
 
 def _key_to_header(scope: Scope) -> list[tuple[str, str]]:
     """The query without `key`, which becomes the `x-goog-api-key` header when the request
-    has none."""
+    has none; raises BadRequest when either key cannot be one."""
     query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
     key = next((v for k, v in query if k == "key"), None)
     headers = scope["headers"]
-    if key and not any(name == _KEY_HEADER.encode() for name, _ in headers):
-        scope["headers"] = [*headers, (_KEY_HEADER.encode(), key.encode("latin-1"))]
+    given = [value for name, value in headers if name.lower() == _KEY_HEADER.encode()]
+    for value in given:
+        api_key(value.decode("latin-1"), f"the {_KEY_HEADER} header")
+    if key:
+        api_key(key, "the `key` query parameter")
+        if not given:
+            scope["headers"] = [*headers, (_KEY_HEADER.encode(), key.encode("ascii"))]
     return [(k, v) for k, v in query if k != "key"]
 
 
@@ -90,18 +109,22 @@ async def gemini_relay(request: Request, path: str) -> Response:
 
 async def _serve(request: Request) -> Response:
     services = services_of(request)
+    server = services.settings.server
+    # The body first: a refusal then leaves nothing unread on the keep-alive connection.
+    body = await read_body(
+        header_dict(request.scope["headers"]),
+        request.receive,
+        server.max_body_bytes,
+        timeout_s=server.body_timeout_s,
+    )
     query = _key_to_header(request.scope)
     headers = header_dict(request.scope["headers"])
     services.auth.client_credential(headers)
-    server = services.settings.server
-    body = await read_body(
-        headers, request.receive, server.max_body_bytes, timeout_s=server.body_timeout_s
-    )
     scope_path = request.scope["path"]
     if any(segment in (".", "..") for segment in scope_path.split("/")):
         raise BadRequest("The request path must not contain '.' or '..' segments.")
     found = _MODEL.match(scope_path)
-    model = found.group(1) if found else None
+    model = _model_named(found.group(1)) if found else None
     upstream = _upstream(services, model)
     target = scope_path[scope_path.index("/", 1) :]
     if query:

@@ -15,8 +15,9 @@ on one host, or PostgreSQL), whose leases already serialise one session's compre
 processes, and prometheus_client's multiprocess mode in a directory of this run, which
 `/metrics` adds up (session.metrics).
 
-SIGTERM or SIGINT: every worker gets SIGTERM and drains (uvicorn's graceful shutdown: no new
-connections, in-flight requests finish, then the app's shutdown writes out queued usage), and
+SIGTERM or SIGINT: the supervisor closes its listening sockets and every worker gets SIGTERM
+and drains (uvicorn's graceful shutdown: its socket closed, so a new connection is refused at
+once; in-flight requests finish, then the app's shutdown writes out queued usage), and
 the supervisor exits 0 once all have; a second SIGINT makes them stop waiting. A worker
 that exits on its own is replaced, at once the first time, then after a delay that doubles
 (up to 30 s) while its replacements die within 30 s of their start. A first-generation worker
@@ -269,6 +270,11 @@ class Supervisor:
 
     def _drain(self, wake_r: socket.socket) -> None:
         self._draining = True
+        # The listening sockets close first, here and (as uvicorn's shutdown starts) in each
+        # worker: a new connection is then refused at once, so a balancer's health check
+        # fails fast, where a socket left open would queue it unanswered until the end.
+        for slot in self._slots:
+            slot.sock.close()
         self._signal_all(signal.SIGTERM)
         deadline = time.monotonic() + DRAIN_S
         while any(s.process is not None for s in self._slots):

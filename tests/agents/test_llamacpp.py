@@ -41,6 +41,7 @@ from compression.summary.prompts import SUMMARIZER_SYSTEM
 from session.identity import scope_for
 from session.overflow import classify_overflow
 from storage import SessionKey
+from tests.agents.build_log_session import INSTRUCTION, RESULTS, BuildSession
 from tests.llamacpp_server import LlamaCppServer, RecordingRelay, missing_reason
 from tests.servers import ProxyServer, settings_for
 
@@ -384,3 +385,43 @@ def test_forty_tool_turns_through_a_2k_window(llama_url: str, tmp_path: Path) ->
         "no committed summary contains the model's own summary text"
     )
     assert ordinary[-1].status == 200
+
+
+@pytest.mark.parametrize("configured", [N_CTX, CONFIGURED_CTX])
+def test_a_build_log_session_gets_no_over_window_error(
+    llama_url: str, tmp_path: Path, configured: int
+) -> None:
+    """A system prompt, a task with an instruction, 28 build logs of 12 compile lines, no tools
+    declared, every second result sent, max_tokens 24: the model's tokenizer counts about a
+    third more than ctxgate's estimate and the user's words leave little to compress. Every
+    over-window refusal of the server is recovered from; none reaches the client."""
+    with RecordingRelay(llama_url) as relay:
+        settings = settings_for(
+            relay.base_url,
+            str(tmp_path / "ctxgate.db"),
+            models=[{"match": "*", "upstream": "sim", "context_length": configured}],
+            api_key=None,
+            upstreams={"sim": {"base_url": relay.base_url, "timeout_s": 600}},
+            compression={
+                "summary": {"timeout_s": 600},
+                "options": {"summary_min_tokens": SUMMARY_MIN_TOKENS},
+            },
+        )
+        with ProxyServer(settings) as proxy:
+            client = openai.OpenAI(
+                base_url=proxy.base_url, api_key=CLIENT_KEY, max_retries=0, timeout=900
+            )
+            session = BuildSession(client, MODEL, f"build-{uuid.uuid4().hex[:8]}")
+            session.run()
+    chat = [e for e in relay.exchanges if e.path == "chat/completions"]
+    ordinary = [e for e in chat if not is_summary(e.body)]
+    refused = [e for e in ordinary if e.status == 400]
+    print(
+        f"\nbuild-log session at {configured}: {len(ordinary)} agent calls, "
+        f"{len(refused)} over-window refusals recovered, "
+        f"max prompt {max((e.prompt_tokens or 0) for e in ordinary)} of n_ctx {N_CTX}"
+    )
+    assert session.errors == [], session.errors
+    assert session.answered == RESULTS // 2
+    assert all(e.status == 200 for e in ordinary if e not in refused)
+    assert all(INSTRUCTION in json.dumps(e.body["messages"]) for e in ordinary if e.status == 200)

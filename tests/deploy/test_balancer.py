@@ -12,8 +12,10 @@ Deployment does: read-only root filesystem, a tmpfs on /tmp, their data director
 One agent session sends its requests through the balancer: they alternate between the
 replicas; compressions write checkpoints and archive rows. Then the replica serving a request
 in flight is killed (SIGKILL). That request may fail; every later one must succeed, on the
-other replica, from the session's compressed state; and every checkpoint and archive row
-written before stays as it was. Over the session, compressions keep being stored (on both
+other replica (so must those of other clients whose keep-alive connections to the balancer
+sat idle through the kill, sent at once and again once the replica is marked down), from
+the session's compressed state; and every checkpoint and archive row written before stays as
+it was. Over the session, compressions keep being stored (on both
 replicas, then on the survivor), the session stays one lineage (no request forks it), and
 every client position the newest checkpoint replaces has its archive row (the admin audit).
 
@@ -60,6 +62,7 @@ WINDOW = 8192
 HANG_MARK = "HANG-THIS-TURN"
 BEFORE_KILL = 16  # turns before the kill: past the first compressions
 AFTER_KILL = 8  # turns after it, on the survivor
+IDLE_S = 15.0  # how long the idle clients' connections wait before the kill
 
 pytestmark = [
     pytest.mark.docker,
@@ -398,6 +401,66 @@ def all_logs(stack: Stack) -> str:
     return "\n".join(f"--- {name}\n{p.logs()[-4000:]}" for name, p in stack.replicas.items())
 
 
+class IdleClients:
+    """Clients of other sessions, each on one keep-alive connection to the balancer that sits
+    idle while the replica dies; then each sends requests on it (no retries of their own).
+    They keep an idle connection as long as agents built on Go's or Rust's HTTP clients do
+    (90 s), longer than httpx's default."""
+
+    def __init__(self, url: str, count: int = 8) -> None:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=300)
+        self.clients = [httpx.Client(base_url=url, limits=limits, timeout=30) for _ in range(count)]
+        self.ports: dict[int, int] = {}  # client -> the local port of its one connection
+        self.failures: list[str] = []
+        self.served: list[str] = []
+
+    def warm(self) -> None:
+        for k, client in enumerate(self.clients):
+            answer = client.get("/readyz")
+            assert answer.status_code == 200
+            self.ports[k] = _local_port(answer)
+
+    def send_all(self, wave: str) -> None:
+        """One request from every client at once, each on its idle connection."""
+        threads = [
+            threading.Thread(target=self._send, args=(k, f"{wave}-{k}"))
+            for k in range(len(self.clients))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+            assert not thread.is_alive(), f"a request of {wave} hung"
+
+    def _send(self, k: int, name: str) -> None:
+        client = self.clients[k]
+        body = {"model": MODEL, "messages": [{"role": "user", "content": f"idle {name}"}]}
+        headers = {"Authorization": f"Bearer {AGENT_KEY}", "X-Session-Id": f"idle-{name}"}
+        began = time.monotonic()
+        try:
+            answer = client.post("/v1/chat/completions", json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            took = time.monotonic() - began
+            self.failures.append(f"{name}: {type(exc).__name__} after {took:.2f}s: {exc}")
+            return
+        if answer.status_code != 200:
+            self.failures.append(f"{name}: {answer.status_code} {answer.text[:200]}")
+            return
+        if _local_port(answer) != self.ports[k]:
+            self.failures.append(f"{name}: its idle connection was closed; a new one served it")
+            self.ports[k] = _local_port(answer)
+        self.served.append(answer.headers["x-ctxgate-replica"])
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
+def _local_port(response: httpx.Response) -> int:
+    port: int = response.extensions["network_stream"].get_extra_info("client_addr")[1]
+    return port
+
+
 def held(received: Received) -> bool:
     """The marked turn, on hold upstream (no answer yet)."""
     messages = received.body.get("messages") or [{}]
@@ -412,7 +475,9 @@ def test_session_survives_a_replica_killed_mid_request(
         agent.step(i)
     # Round robin, request by request, over both replicas.
     assert set(agent.served_by) == {"ctxgate-a", "ctxgate-b"}, agent.served_by
-    assert all(a != b for a, b in zip(agent.served_by, agent.served_by[1:], strict=False))
+    assert all(a != b for a, b in zip(agent.served_by, agent.served_by[1:], strict=False)), (
+        agent.served_by
+    )
     settle(sim)
     checkpoints_before, archive_before = stored(pg_url, agent.session)
     assert checkpoints_before, "no compression before the kill: the test proves nothing"
@@ -432,6 +497,9 @@ def test_session_survives_a_replica_killed_mid_request(
         except BaseException as exc:  # the one request allowed to fail
             errors.append(exc)
 
+    idle = IdleClients(stack.url)
+    idle.warm()
+    warmed = time.monotonic()
     thread = threading.Thread(target=in_flight)
     thread.start()
     deadline = time.monotonic() + 30
@@ -441,7 +509,23 @@ def test_session_survives_a_replica_killed_mid_request(
             tails = {name: process.logs()[-3000:] for name, process in stack.replicas.items()}
             pytest.fail(f"the marked turn never reached the upstream: {seen}\n{tails}")
         time.sleep(0.05)
+    # Idle for longer than agents' own pauses between two requests often are.
+    time.sleep(max(0.0, IDLE_S - (time.monotonic() - warmed)))
     docker("kill", stack.replicas[doomed].name)
+    # Clients whose connections sat idle through the kill: their requests right after it
+    # (the balancer may still count the dead replica up) and after it was marked down must
+    # all be served, by the survivor, on the connections they had.
+    # Waves of them, every 0.2 s from the kill until well after the health checks marked it
+    # down (2 checks 1 s apart).
+    killed = time.monotonic()
+    waves = 0
+    while time.monotonic() - killed < 4.0:
+        idle.send_all(f"wave{waves}")
+        waves += 1
+        time.sleep(0.2)
+    idle.close()
+    assert idle.failures == [], idle.failures
+    assert idle.served == [survivor] * (waves * len(idle.clients)), idle.served
     thread.join(timeout=60)
     assert not thread.is_alive()
     assert len(errors) == 1, f"the in-flight request on the killed replica did not fail: {errors}"

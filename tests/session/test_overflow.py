@@ -13,6 +13,44 @@ def body(obj: object) -> bytes:
     return json.dumps(obj).encode()
 
 
+# llama-cpp-python's server: its own mapping of the model's refusal (chat completions) ...
+LLAMA_CPP_PYTHON = body(
+    {
+        "error": {
+            "message": "This model's maximum context length is 2048 tokens. However, you "
+            "requested 2434 tokens (2410 in the messages, 24 in the completion). Please reduce "
+            "the length of the messages or completion.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+)
+# ... and the model's own words where that mapping does not apply (FastAPI's `detail`, or
+# wrapped as an internal error).
+LLAMA_CPP_PYTHON_RAW = body({"detail": "Requested tokens (2434) exceed context window of 2048"})
+LLAMA_CPP_PYTHON_RAW_500 = body(
+    {
+        "error": {
+            "message": "Requested tokens (2434) exceed context window of 2048",
+            "type": "internal_server_error",
+        }
+    }
+)
+# llama.cpp's llama-server states both figures as fields, whatever its message says.
+LLAMA_SERVER_FIELDS = body(
+    {
+        "error": {
+            "code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": 5120,
+            "n_ctx": 4096,
+        }
+    }
+)
+
+
 OPENAI = body(
     {
         "error": {
@@ -141,6 +179,10 @@ OPENROUTER = body(
         (422, TGI, "prompt_plus_output", 4096, 4000),
         (400, GEMINI, "prompt", 1048575, 1196265),
         (400, OPENROUTER, "prompt", 8192, None),
+        (400, LLAMA_CPP_PYTHON, "prompt", 2048, 2410),
+        (400, LLAMA_CPP_PYTHON_RAW, "prompt", 2048, 2434),
+        (500, LLAMA_CPP_PYTHON_RAW_500, "prompt", 2048, 2434),
+        (400, LLAMA_SERVER_FIELDS, "prompt", 4096, 5120),
     ],
 )
 def test_overflow_bodies(

@@ -21,7 +21,7 @@ from proxy.doors.gemini.contents import request_body
 from proxy.doors.gemini.parts import render_view
 from proxy.doors.gemini.request import read_body
 from proxy.doors.grown_bodies import GrownBodies
-from session.errors import ProxyError, UpstreamStatus
+from session.errors import BadRequest, ProxyError, UpstreamStatus
 from session.overflow import Overflow, classify_overflow
 from session.ports.frontdoor import AnswerCalls, Usage, WireRequest
 
@@ -35,19 +35,30 @@ class GeminiDoor:
     grows: str | None = None
     upstream_path: str
 
-    def __init__(self, model: str = "", stream: bool = False, query: str = "") -> None:
+    def __init__(
+        self,
+        model: str = "",
+        stream: bool = False,
+        query: str = "",
+        refused: BadRequest | None = None,
+    ) -> None:
         self.model = model
         self.stream = stream
+        self.refused = refused  # the path or key was malformed: every request is refused
         method = STREAM if stream else GENERATE
         # The client's query goes on, less its key (a header by now) and `alt`.
         asked = "&".join(q for q in ("alt=sse" if stream else "", query) if q)
         self.upstream_path = f"/models/{model}:{method}" + (f"?{asked}" if asked else "")
 
     @classmethod
-    def at(cls, model: str, stream: bool, query: str = "") -> GeminiDoor:
-        return cls(model, stream, query)
+    def at(
+        cls, model: str, stream: bool, query: str = "", refused: BadRequest | None = None
+    ) -> GeminiDoor:
+        return cls(model, stream, query, refused)
 
     def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+        if self.refused is not None:
+            raise self.refused
         read = read_body(raw)
         return WireRequest(
             raw=raw,

@@ -12,6 +12,7 @@ from typing import Any
 
 from compression import Message, ToolSchema
 from proxy.doors.bodies import json_object
+from proxy.doors.gemini.checks import check_part, check_tools
 from proxy.doors.gemini.contents import FunctionDeclaration, System, Tool
 from proxy.doors.gemini.parts import to_chat
 from session.errors import BadRequest
@@ -38,13 +39,14 @@ def read_body(raw: bytes) -> GeminiBody:
     if not isinstance(contents, list):
         raise BadRequest("Invalid value at 'contents': expected a list of Content objects.")
     for index, content in enumerate(contents):
-        _check_content(index, content)
+        _check_content(f"contents[{index}]", content)
     system: System | None = body.get("systemInstruction")
-    if system is not None and not isinstance(system, (dict, str)):
+    if isinstance(system, dict) and "parts" in system:
+        _check_parts("system_instruction", system.get("parts"))
+    elif system is not None and not isinstance(system, str):
         raise BadRequest("Invalid value at 'system_instruction': expected a Content object.")
     tools: list[Tool] | None = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise BadRequest("Invalid value at 'tools': expected a list of Tool objects.")
+    check_tools(tools)
     return GeminiBody(
         body=body,
         messages=to_chat(system, contents),
@@ -54,8 +56,7 @@ def read_body(raw: bytes) -> GeminiBody:
     )
 
 
-def _check_content(index: int, content: object) -> None:
-    where = f"contents[{index}]"
+def _check_content(where: str, content: object) -> None:
     if not isinstance(content, dict):
         raise BadRequest(f"Invalid value at '{where}': expected a Content object.")
     role = content.get("role")
@@ -63,14 +64,21 @@ def _check_content(index: int, content: object) -> None:
         raise BadRequest(
             f"Please use a valid role: user, model. (got {role!r} at {where}.role)",
         )
-    parts = content.get("parts")
+    _check_parts(where, content.get("parts"))
+
+
+def _check_parts(where: str, parts: object) -> None:
     if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
         raise BadRequest(
             f"* GenerateContentRequest.{where}.parts: contents.parts must not be empty."
         )
+    for k, part in enumerate(parts):
+        check_part(f"{where}.parts[{k}]", part)
 
 
 def _max_tokens(config: object) -> int | None:
+    if config is not None and not isinstance(config, dict):
+        raise BadRequest("Invalid value at 'generation_config': expected a GenerationConfig.")
     value = config.get("maxOutputTokens") if isinstance(config, dict) else None
     if value is None:
         return None

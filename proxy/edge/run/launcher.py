@@ -6,13 +6,13 @@ the user's credentials as they are, and ctxgate's exit code is the agent's. A si
 the agent reaches it once: Ctrl-C at a terminal goes to the whole foreground group (the agent
 included), so ctxgate only waits; a signal sent to ctxgate alone (SIGTERM from a supervisor,
 SIGINT from `kill`) is passed on. Once the agent has exited, a summary of what ctxgate did
-goes to stderr.
+goes to stderr. A signal before the agent starts ends ctxgate quietly with 128 + N, its
+server stopped; the agent dies with ctxgate even when ctxgate is killed (process.py).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,9 +28,9 @@ from proxy.config_file import load_settings
 from proxy.edge.run.agents import agent_for, launch, not_found
 from proxy.edge.run.embedded import EmbeddedServer, data_dir, free_port, log_to_file, run_settings
 from proxy.edge.run.figures import Figures, read_figures, summary
+from proxy.edge.run.process import FORWARDED, Stopped, start_agent, unrunnable
 from session.config.settings import Settings
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 # What a terminal (or the shell, for a hangup) sends the whole foreground job at once.
 GROUP_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
 
@@ -79,8 +79,12 @@ def signals_passed_to(child: subprocess.Popen[bytes]) -> Iterator[None]:
 
 def run_child(argv: Sequence[str], env: Mapping[str, str]) -> int:
     """Run the agent to its end with ctxgate's terminal; its exit code."""
-    child = subprocess.Popen(list(argv), env=dict(env))
-    with signals_passed_to(child):
+    child = start_agent(argv, env)
+    try:
+        with signals_passed_to(child):
+            returncode = child.wait()
+    except Stopped as stopped:  # came between the start and the handlers: the agent's too
+        child.send_signal(stopped.signum)
         returncode = child.wait()
     return exit_code(returncode)
 
@@ -103,11 +107,22 @@ def _fail(stderr: TextIO, message: str, code: int) -> int:
 
 
 def run(options: RunOptions, environ: Mapping[str, str], stderr: TextIO = sys.stderr) -> int:
-    """`ctxgate run`: the agent's exit code (127 when it cannot be found, as a shell says)."""
+    """`ctxgate run`: the agent's exit code (126 or 127 when it cannot be run, as a shell
+    says; 128 + N for a signal N before it started)."""
     argv = list(options.argv)
+    cannot = unrunnable(argv[0], environ.get("PATH"))
+    if cannot is not None:
+        # Not found by name: say how to install it when it is an agent ctxgate knows.
+        missing = cannot.code == 127 and os.sep not in argv[0]
+        return _fail(stderr, not_found(argv[0]) if missing else cannot.message, cannot.code)
+    try:
+        return _run(options, argv, environ, stderr)
+    except Stopped as stopped:
+        return 128 + stopped.signum
+
+
+def _run(options: RunOptions, argv: list[str], environ: Mapping[str, str], stderr: TextIO) -> int:
     name = os.path.basename(argv[0])
-    if shutil.which(argv[0], path=environ.get("PATH")) is None:
-        return _fail(stderr, not_found(argv[0]), 127)
     if options.attach:
         return _run_attached(argv, attached_base(options.attach), environ, stderr)
     home = data_dir(environ)
@@ -121,18 +136,18 @@ def run(options: RunOptions, environ: Mapping[str, str], stderr: TextIO = sys.st
     log_to_file(log_path, settings.logging)
     server = _embedded(settings, port)
     try:
-        server.start()
-    except RuntimeError as exc:
-        return _fail(stderr, f"{exc} ({log_path})", 1)
-    dashboard = f"{server.base}/dashboard"
-    key = settings.auth.admin_key
-    print(f"ctxgate: serving {name} on {server.base}; dashboard {dashboard}", file=stderr)
-    plan = launch(argv, server.base, environ)
-    try:
+        try:
+            server.start()
+        except RuntimeError as exc:
+            return _fail(stderr, f"{exc} ({log_path})", 1)
+        dashboard = f"{server.base}/dashboard"
+        print(f"ctxgate: serving {name} on {server.base}; dashboard {dashboard}", file=stderr)
+        plan = launch(argv, server.base, environ)
         code = run_child(plan.argv, {**environ, **plan.env})
         figures = read_figures(server.metrics_text())
     finally:
         server.stop()
+    key = settings.auth.admin_key
     where = [
         f"dashboard: {dashboard} while ctxgate runs"
         + (f" (admin key {key})" if key and not options.config else ""),
