@@ -136,9 +136,10 @@ redact = Redactor()
 notation, URL passwords, and keys with a recognisable shape (OpenAI, Anthropic, AWS, Google,
 GitHub, Slack, Hugging Face, JWTs, PEM blocks); and later copies of each in any case."""
 
-# Loggers whose lines carry no content: ctxgate's own, the server's, and the HTTP client's
-# (a method, a URL whose query is redacted, a status; never a body).
-_OWN = ("ctxgate", "uvicorn", "httpx", "httpcore")
+# Loggers whose lines carry no content: ctxgate's own (some modules log under their dotted
+# name), the server's, and the HTTP client's (a method, a URL whose query is redacted, a
+# status; never a body).
+_OWN = ("ctxgate", "compression", "session", "storage", "proxy", "uvicorn", "httpx", "httpcore")
 # Libraries whose debug lines repeat what the database or the wire carries, whatever the
 # setting: the driver's per-call lines hold each statement's parameters.
 _ALWAYS_WITHHELD = ("aiosqlite", "asyncpg", "hpack", "h2", "multipart", "python_multipart")

@@ -46,6 +46,9 @@ class Replica:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            # A PostgreSQL replica keeps its accounting journal under its working directory:
+            # the test's own, so that no other test's replica replays it.
+            cwd=config.parent,
         )
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         deadline = time.monotonic() + 30
