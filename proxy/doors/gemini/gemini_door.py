@@ -47,7 +47,10 @@ class GeminiDoor:
     def at(cls, model: str, stream: bool, query: str = "") -> GeminiDoor:
         return cls(model, stream, query)
 
-    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+    def parse(
+        self, raw: bytes, earlier: GrownBodies | None = None, *, max_messages: int = 0
+    ) -> WireRequest:
+        # Converted messages are not the body's array: the gateway counts them.
         read = read_body(raw)
         return WireRequest(
             raw=raw,
