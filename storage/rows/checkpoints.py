@@ -31,7 +31,7 @@ from storage.rows import events, lineages, search, sessions
 # Candidate digests sent in the first lookup: the newest checkpoint is nearly always
 # within the last few hundred messages, and 500 stays far below every parameter limit.
 RECENT_CANDIDATES = 500
-ARCHIVE_BATCH = 2000  # archived rows one statement inserts
+ARCHIVE_BATCH = 1000  # archived rows one statement inserts
 
 
 async def find(
