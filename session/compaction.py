@@ -13,6 +13,7 @@ Database errors never lose the request: the compressed view is still used for th
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -58,6 +59,7 @@ log = logging.getLogger("ctxgate.compaction")
 
 COMMITTED = ("compressed", "fallback")
 DIGESTS_KEPT = 16  # sessions whose last messages' digests are kept (with the messages)
+HASHED_ON_LOOP = 2000  # messages to hash above which a thread hashes them
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +146,7 @@ class Compactor:
     async def apply_checkpoint(self, turn: Turn) -> Turn:
         """The turn using the newest checkpoint matching the client's prefix, if one is newer
         than the one it uses."""
-        turn = self.digested(turn)
+        turn = await self.digested(turn)
         assert turn.digests is not None
         try:
             checkpoint = await self.store.find_checkpoint(turn.root, list(turn.digests))
@@ -166,11 +168,12 @@ class Compactor:
             checkpoint_key=checkpoint.key,
         )
 
-    def digested(self, turn: Turn) -> Turn:
+    async def digested(self, turn: Turn) -> Turn:
         """`turn.with_digests()`, hashing only what its session's last request did not hold."""
         if turn.digests is not None:
             return turn
-        return replace(turn, digests=tuple(self.digests.chained(turn.key, turn.messages)))
+        digests = await self.digests.chained_off_loop(turn.key, turn.messages)
+        return replace(turn, digests=tuple(digests))
 
     async def compress(
         self,
@@ -193,7 +196,7 @@ class Compactor:
                 reused = await self.apply_checkpoint(turn)
                 if reused.checkpoint_id != turn.checkpoint_id:
                     return Applied(True, "reused", None, reused)
-            turn = self.digested(turn)
+            turn = await self.digested(turn)
             ctx = CompressionContext(
                 model=turn.request.model,
                 context_length=turn.context_length,
@@ -349,28 +352,51 @@ class DigestMemo:
 
     def chained(self, key: SessionKey, messages: Sequence[Message]) -> list[str]:
         """`chained_digests(messages)`."""
-        earlier = self._kept.pop(key, None)
-        same = 0
-        digests: list[str] = []
-        if earlier is not None:
-            before, chain = earlier
-            limit = min(len(before), len(messages))
-            while same < limit and messages[same] is before[same]:
-                same += 1
-            digests = chain[:same]
-        if not digests:
-            digests = chained_digests(messages)
-            self.hashed += len(messages)
+        reused = self._reused(key, messages)
+        return self._keep(key, messages, _extended(reused, messages), len(reused))
+
+    async def chained_off_loop(self, key: SessionKey, messages: Sequence[Message]) -> list[str]:
+        """`chained`, hashing in a thread when there is much to hash: a first-seen history of
+        thousands of messages took the event loop for 100 ms and more (the thread yields the
+        GIL every switch interval)."""
+        reused = self._reused(key, messages)
+        if len(messages) - len(reused) < HASHED_ON_LOOP:
+            digests = _extended(reused, messages)
         else:
-            last = digests[-1]
-            for message in messages[same:]:
-                last = chain_digest(last, message_digest(message))
-                digests.append(last)
-            self.hashed += len(messages) - same
+            digests = await asyncio.to_thread(_extended, reused, messages)
+        return self._keep(key, messages, digests, len(reused))
+
+    def _reused(self, key: SessionKey, messages: Sequence[Message]) -> list[str]:
+        """The kept digests of the leading messages the session's last request held as the
+        same objects (the session's entry is taken out: `_keep` puts it back)."""
+        earlier = self._kept.pop(key, None)
+        if earlier is None:
+            return []
+        before, chain = earlier
+        same, limit = 0, min(len(before), len(messages))
+        while same < limit and messages[same] is before[same]:
+            same += 1
+        return chain[:same]
+
+    def _keep(
+        self, key: SessionKey, messages: Sequence[Message], digests: list[str], reused: int
+    ) -> list[str]:
+        self.hashed += len(messages) - reused
         self._kept[key] = (list(messages), digests)
         while len(self._kept) > self.sessions:
             self._kept.popitem(last=False)
         return list(digests)
+
+
+def _extended(reused: list[str], messages: Sequence[Message]) -> list[str]:
+    """The chained digests of `messages`, the first `len(reused)` given."""
+    if not reused:
+        return chained_digests(messages)
+    digests, last = list(reused), reused[-1]
+    for message in messages[len(reused) :]:
+        last = chain_digest(last, message_digest(message))
+        digests.append(last)
+    return digests
 
 
 def _origins(turn: Turn) -> Sources:

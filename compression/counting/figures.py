@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from compression.counting.tokens import count_each
 from compression.engine import TokenCounter
 from compression.messages.types import Message, ToolSchema
 
@@ -25,7 +26,7 @@ class PassFigures:
     def measure(
         cls, messages: Sequence[Message], counter: TokenCounter, tools: Sequence[ToolSchema] | None
     ) -> PassFigures:
-        tokens = [counter.count_message(message) for message in messages]
+        tokens = count_each(counter, messages)
         by_id = {id(message): count for message, count in zip(messages, tokens, strict=True)}
         return cls(counter, counter.count_messages([], tools), tokens, by_id)
 

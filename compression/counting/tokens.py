@@ -196,6 +196,10 @@ class _BaseCounter:
             return TOKENS_PER_MESSAGE + self._count_value(message)
         return self._count_uncached(message)
 
+    def count_each(self, messages: Sequence[Message]) -> list[int]:
+        """`count_message` of each message."""
+        return [self.count_message(m) for m in messages]
+
     def count_tools(self, tools: Sequence[ToolSchema] | None) -> int:
         """Tokens of the tool schemas (their compact JSON); 0 for none."""
         if not tools:
@@ -325,6 +329,11 @@ class TiktokenCounter(_BaseCounter):
     def count_message(self, message: Message) -> int:
         return self._count_cached([message])[0]
 
+    def count_each(self, messages: Sequence[Message]) -> list[int]:
+        """`count_message` of each message, the cache looked up and filled once for all (one
+        call a message cost 100,000 lookups and inserts for 100,000 messages)."""
+        return self._count_cached(messages) if messages else []
+
     def _count_cached(self, messages: Sequence[Message]) -> list[int]:
         digests = message_digests(messages)
         counts = self._cache.get_many(digests)
@@ -367,6 +376,14 @@ class TiktokenCounter(_BaseCounter):
     def clear_cache(self) -> None:
         self._cache.clear()
         self._tools_cache.clear()
+
+
+def count_each(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
+    """Each message's tokens: in one batch through a built-in counter, one call a message
+    through any other."""
+    if isinstance(counter, _BaseCounter):
+        return counter.count_each(messages)
+    return [counter.count_message(message) for message in messages]
 
 
 # -- shared counters ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from compression import ToolSchema
-from session.errors import BadRequest
+from session.errors import BadRequest, PayloadTooLarge
 
 # A parsed JSON object whose fields the code at hand does not read, or reads one by one as it
 # checks them: a request body (the door's own reader checks the fields it acts on; the rest
@@ -26,6 +26,15 @@ def json_object(raw: bytes) -> JsonObject:
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     return body
+
+
+def within_message_cap(count: int, cap: int) -> None:
+    """Refuse a request with more messages than `server.max_messages` (0: no cap)."""
+    if cap and count > cap:
+        raise PayloadTooLarge(
+            f"The request holds {count:,} messages, over the {cap:,} this server accepts "
+            "(server.max_messages)."
+        )
 
 
 def required_model(body: Mapping[str, Any]) -> str:

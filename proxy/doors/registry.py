@@ -19,12 +19,18 @@ class Door(FrontDoor, Protocol):
 
     grows: str | None  # the body's array a grown body adds to, when `parse` can use `earlier`
 
-    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+    def parse(
+        self, raw: bytes, earlier: GrownBodies | None = None, *, max_messages: int = 0
+    ) -> WireRequest:
         """The request, or BadRequest saying what is wrong with it.
 
         `earlier` holds bodies this door parsed before (None when `grows` is None or
         `server.parsed_request_bytes` is 0): a body that grew out of one of them is parsed,
         checked and converted only as far as it is new.
+
+        `max_messages` (`server.max_messages`, 0: none): a door whose body's array is its
+        message list refuses more with PayloadTooLarge as soon as it is parsed, before it
+        checks a message; the others' lists are counted by the caller once converted.
         """
         ...
 

@@ -23,6 +23,7 @@ import orjson
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
+from proxy.doors.bodies import within_message_cap
 from proxy.doors.registry import Door
 from proxy.doors.streaming import EventStreamResponse, StreamRelay
 from proxy.gateway.auth import Authenticator
@@ -36,7 +37,6 @@ from session.config.settings import ModelRule, Settings
 from session.conversations import Conversations
 from session.errors import (
     BadRequest,
-    PayloadTooLarge,
     ProxyError,
     UpstreamStatus,
     unknown_model,
@@ -107,8 +107,10 @@ class Gateway:
     async def _serve(self, door: Door, headers: Mapping[str, str], raw: bytes) -> Response:
         arrived = time.perf_counter()
         credential = self.auth.client_credential(headers)
-        request = door.parse(raw, self.earlier.of(door))
-        _within_message_cap(len(request.messages), self.settings.server.max_messages)
+        cap = self.settings.server.max_messages
+        request = door.parse(raw, self.earlier.of(door), max_messages=cap)
+        # A door whose messages are not its body's array counts them once converted.
+        within_message_cap(len(request.messages), cap)
         rule = self._rule(request.model, door.api)
         ident = identify(headers, request.session_hint, request.messages, scope_for(credential))
         forward = self.auth.forwardable(headers)
@@ -429,12 +431,3 @@ def nesting(raw: bytes) -> int:
         deepest = max(deepest, depth + 1)
         stack.extend((item, depth + 1) for item in value)
     return deepest
-
-
-def _within_message_cap(count: int, cap: int) -> None:
-    """Refuse a request with more messages than `server.max_messages` (0: no cap)."""
-    if cap and count > cap:
-        raise PayloadTooLarge(
-            f"The request holds {count:,} messages, over the {cap:,} this server accepts "
-            "(server.max_messages)."
-        )

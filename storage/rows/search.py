@@ -178,7 +178,7 @@ def rebuild(conn: Connection) -> None:
         last = rows[-1][0]
 
 
-INDEX_BATCH = 2000  # rows a statement indexes
+INDEX_BATCH = 1000  # rows a statement indexes
 Offload = Callable[..., Awaitable[Any]]
 _offload: list[Offload] = []  # where the terms of archived rows are read: see `read_terms_with`
 

@@ -11,6 +11,7 @@ it is in whatever holds it whole or at either end: `config.py` finds `src/app/co
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -74,14 +75,27 @@ def search_terms(text: str) -> Terms:
     """The terms of `text`; the same function reads messages and queries."""
     found: list[Identifier] = []
     for match in _IDENTIFIER.finditer(text.lower()):
-        identifier = match.group()
-        segments, ends, words = _pieces(identifier)
-        parts = _others(identifier, [*segments, *ends, *words])
-        whole = identifier if _kept(identifier) else None
-        if whole is not None or parts:
-            atoms = _others(identifier, [*segments[1:-1], *words])
-            found.append(Identifier(whole, parts, atoms))
+        identifier = _identifier(match.group())
+        if identifier is not None:
+            found.append(identifier)
     return Terms(tuple(found))
+
+
+# Indexing an archive reads the same words over and over: each is read once (Identifier is
+# immutable, so one instance serves every text holding it).
+@functools.lru_cache(maxsize=1 << 16)
+def _identifier(identifier: str) -> Identifier | None:
+    """`identifier`'s whole term, parts and atoms; None when nothing of it is searched by."""
+    if identifier.isalnum():
+        # A plain word (\w less the underscore is exactly str.isalnum): no segments, no
+        # ends, one word that is itself, so no parts.
+        return Identifier(identifier, ()) if _kept(identifier) else None
+    segments, ends, words = _pieces(identifier)
+    parts = _others(identifier, [*segments, *ends, *words])
+    whole = identifier if _kept(identifier) else None
+    if whole is None and not parts:
+        return None
+    return Identifier(whole, parts, _others(identifier, [*segments[1:-1], *words]))
 
 
 def _pieces(identifier: str) -> tuple[list[str], list[str], list[str]]:

@@ -3,13 +3,15 @@ objects: always what hashing every message gives."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compression import Message, chained_digests
-from session.compaction import DigestMemo
+from session.compaction import HASHED_ON_LOOP, DigestMemo
 from storage import SessionKey
 
 KEY = SessionKey("scope", "s1")
@@ -48,3 +50,33 @@ def test_a_grown_body_hashes_only_what_is_new() -> None:
     before = memo.hashed
     assert memo.chained(KEY, grown) == chained_digests(grown)
     assert memo.hashed - before == 2
+
+
+class _Watched(dict[str, Any]):
+    """A message that notes the thread each read of it ran in."""
+
+    threads: set[int] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        _Watched.threads.add(threading.get_ident())
+        return super().get(key, default)
+
+
+def test_a_long_first_seen_history_is_hashed_off_the_event_loop() -> None:
+    memo = DigestMemo()
+    body: list[Message] = [
+        _Watched(role="user", content=f"m{i}")  # type: ignore[misc]
+        for i in range(HASHED_ON_LOOP)
+    ]
+    grown: list[Message] = [*body, _Watched(role="user", content="go")]  # type: ignore[list-item]
+    expected, expected_grown = chained_digests(body), chained_digests(grown)
+    loop_thread = threading.get_ident()  # asyncio.run's loop runs in this thread
+    _Watched.threads.clear()
+    assert asyncio.run(memo.chained_off_loop(KEY, body)) == expected
+    assert _Watched.threads and loop_thread not in _Watched.threads
+    # Grown by one message: that one is hashed where the loop runs, the rest reused.
+    _Watched.threads.clear()
+    before = memo.hashed
+    assert asyncio.run(memo.chained_off_loop(KEY, grown)) == expected_grown
+    assert memo.hashed - before == 1
+    assert _Watched.threads == {loop_thread}

@@ -84,8 +84,10 @@ class ChatDoor:
     upstream_path: str = "/chat/completions"
     grows: str | None = "messages"
 
-    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
-        return parse_chat_request(raw, earlier)
+    def parse(
+        self, raw: bytes, earlier: GrownBodies | None = None, *, max_messages: int = 0
+    ) -> WireRequest:
+        return parse_chat_request(raw, earlier, max_messages=max_messages)
 
     def render(
         self,

@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from compression import IMAGE_PARTS, Message, ToolSchema
-from proxy.doors.bodies import json_object, json_type, missing_or_type, required_model
+from proxy.doors.bodies import (
+    json_object,
+    json_type,
+    missing_or_type,
+    required_model,
+    within_message_cap,
+)
 from proxy.doors.chat.shapes import Metadata, StreamOptions, is_call
 from proxy.doors.grown_bodies import Grown, GrownBodies
 from proxy.doors.sse_data import text_at
@@ -32,12 +38,17 @@ def client_wants_usage(body: Mapping[str, Any]) -> bool:
     return options is not None and bool(options.get("include_usage"))
 
 
-def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+def parse_chat_request(
+    raw: bytes, earlier: GrownBodies | None = None, *, max_messages: int = 0
+) -> WireRequest:
     """Parse and check `raw`, raising BadRequest with a message that says what is wrong.
 
     With `earlier`, a body that grew out of one parsed before, or is one edited, is parsed
     and checked only as far as it is new, and every checked body is kept for the requests
     that grow out of it.
+
+    More messages than `max_messages` (0: no cap) are refused with PayloadTooLarge before
+    any is checked or the body kept: a refusal costs the parse only.
     """
     grown = earlier.find(raw, edits=True) if earlier is not None else None
     body = json_object(raw) if grown is None else grown.body
@@ -47,6 +58,7 @@ def parse_chat_request(raw: bytes, earlier: GrownBodies | None = None) -> WireRe
         raise BadRequest(
             missing_or_type("messages", messages, "a non-empty array"), param="messages"
         )
+    within_message_cap(len(messages), max_messages)
     if grown is None:
         marks: int | None = _check_messages(messages)
     else:  # the kept body's messages, before and after what is new, passed then

@@ -56,9 +56,12 @@ class GeminiDoor:
     ) -> GeminiDoor:
         return cls(model, stream, query, refused)
 
-    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+    def parse(
+        self, raw: bytes, earlier: GrownBodies | None = None, *, max_messages: int = 0
+    ) -> WireRequest:
         if self.refused is not None:
             raise self.refused
+        # Converted messages are not the body's array: the gateway counts them.
         read = read_body(raw)
         return WireRequest(
             raw=raw,

@@ -41,7 +41,10 @@ class MessagesDoor:
     upstream_path: str = "/messages"
     grows: str | None = "messages"
 
-    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+    def parse(
+        self, raw: bytes, earlier: GrownBodies | None = None, *, max_messages: int = 0
+    ) -> WireRequest:
+        # Converted messages are not the body's array: the gateway counts them.
         read = read_body(raw, earlier)
         return WireRequest(
             raw=raw,

@@ -29,7 +29,10 @@ class ResponsesDoor:
     upstream_path: str = "/responses"
     grows: str | None = "input"
 
-    def parse(self, raw: bytes, earlier: GrownBodies | None = None) -> WireRequest:
+    def parse(
+        self, raw: bytes, earlier: GrownBodies | None = None, *, max_messages: int = 0
+    ) -> WireRequest:
+        # Converted messages are not the body's array: the gateway counts them.
         return responses_wire.parse_request(raw, earlier)
 
     def render(

@@ -96,3 +96,20 @@ def test_more_messages_than_the_cap_are_refused_in_the_apis_envelope(
     path, body = build(CAP)
     accepted = httpx.post(_origin(proxy) + path, json=body, headers=headers, timeout=30)
     assert accepted.is_success, accepted.text
+
+
+def test_chat_refuses_past_the_cap_before_checking_a_message(
+    sim: Simulator, proxy: ProxyServer
+) -> None:
+    # Its messages are the body's array: counted as soon as it is parsed, so even a malformed
+    # message past the cap is never looked at (nor the body kept for the next request).
+    path, body = _chat(CAP + 2)
+    body["messages"][-1] = {"role": "robot", "content": 7}
+    headers = {"authorization": "Bearer k"}
+    response = httpx.post(_origin(proxy) + path, json=body, headers=headers, timeout=30)
+    assert response.status_code == 413, response.text
+    assert "holds 1,001 messages" in _envelope("chat", response.json())
+    path, body = _chat(CAP)
+    body["messages"][-1] = {"role": "robot", "content": 7}
+    malformed = httpx.post(_origin(proxy) + path, json=body, headers=headers, timeout=30)
+    assert malformed.status_code == 400, malformed.text
