@@ -86,9 +86,9 @@ class Tally:
         full_tokens = self.full.prompt + self.full.output
         out: dict[str, object] = {
             "requests": self.requests,
-            "billed_tokens": _split_json(self.billed),
-            "full_history_tokens": _split_json(self.full),
-            "overhead_tokens": {k: _split_json(v) for k, v in sorted(self.overhead.items())},
+            "billed_tokens": self.billed.as_json(),
+            "full_history_tokens": self.full.as_json(),
+            "overhead_tokens": {k: v.as_json() for k, v in sorted(self.overhead.items())},
             "tokens_saved": full_tokens - billed_tokens,
             "tokens_saved_ratio": _ratio(full_tokens - billed_tokens, full_tokens),
             "cache_hit_ratio_before": self.before.value,
@@ -130,16 +130,6 @@ class Tally:
         }
 
 
-def _split_json(split: Split) -> dict[str, int]:
-    return {
-        "uncached": split.uncached,
-        "cache_read": split.cache_read,
-        "cache_write": split.cache_write,
-        "output": split.output,
-        "prompt": split.prompt,
-    }
-
-
 def _ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
@@ -152,13 +142,13 @@ def charge_json(row: ChargeRow, price: Price | None) -> dict[str, object]:
         "model": row.model,
         "kind": row.kind,
         "compressed": row.compressed,
-        "billed_tokens": _split_json(billed),
+        "billed_tokens": billed.as_json(),
         "billed_usd": None if price is None else cost(billed, price),
     }
     if row.kind == "request":
         full = Split(row.full_uncached, row.full_cache_read, row.full_cache_write, row.output)
         out |= {
-            "full_history_tokens": _split_json(full),
+            "full_history_tokens": full.as_json(),
             "full_history_usd": None if price is None else cost(full, price),
         }
     return out

@@ -50,6 +50,15 @@ class Split:
             self.output + other.output,
         )
 
+    def as_json(self) -> dict[str, int]:
+        return {
+            "uncached": self.uncached,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+            "output": self.output,
+            "prompt": self.prompt,
+        }
+
 
 def split_of(usage: Usage) -> Split:
     """The tiers of a provider's usage; `prompt_tokens` counts all three prompt tiers."""

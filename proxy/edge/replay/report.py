@@ -6,20 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.edge.replay.figures import SessionFigures
-from session.ledger.tiers import Split
 
 
 def as_json(sessions: Sequence[SessionFigures]) -> dict[str, Any]:
     return {"sessions": [_session_json(s) for s in sessions]}
-
-
-def _split_json(split: Split) -> dict[str, int]:
-    return {
-        "prompt": split.prompt,
-        "uncached": split.uncached,
-        "cache_read": split.cache_read,
-        "cache_write": split.cache_write,
-    }
 
 
 def _session_json(s: SessionFigures) -> dict[str, Any]:
@@ -33,8 +23,8 @@ def _session_json(s: SessionFigures) -> dict[str, Any]:
         "window": s.window,
         "requests": len(s.requests),
         "errors": s.errors,
-        "without": {**_split_json(s.without), "usd": s.usd(s.without)},
-        "with": {**_split_json(s.with_ctxgate), "usd": s.usd(s.with_ctxgate)},
+        "without": {**s.without.as_json(), "usd": s.usd(s.without)},
+        "with": {**s.with_ctxgate.as_json(), "usd": s.usd(s.with_ctxgate)},
         "summary_calls": len(s.summaries),
         "compressions": [{"trigger": t, "outcome": o} for t, o in s.compressions],
         "user_messages_in_view": {"kept": kept, "total": users},
