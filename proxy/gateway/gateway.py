@@ -81,7 +81,7 @@ class Gateway:
         self.metrics = metrics
         self.recaller = recaller
         self.charges = Charges(conversations, ledger, shadow)
-        self.switches = Switches(conversations.store)
+        self.switches = Switches(conversations.store, settings.storage.session_cache_s)
         self.rounds = Rounds(recaller, metrics, self._open_stream, self.charges.round)
         self.earlier = EarlierBodies(settings.server.parsed_request_bytes)
         self._rules: dict[tuple[str, str], ModelRule] = {}  # (model, api) -> its served rule

@@ -3,8 +3,8 @@
 A request turns it off (or on) with the header `x-ctxgate-compression: off` (`on`), an
 operator with the admin API; either is stored with the session (the client's session id), so
 it holds for the session's later requests, on every replica. A request without the header
-reads the stored switch, remembered here for a second: a switch set on another replica is
-seen there within that second.
+reads the stored switch, remembered here as long as a session row is (`storage.session_cache_s`):
+a switch set on another replica is seen there that much later at most.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ log = logging.getLogger("ctxgate.gateway")
 
 HEADER = "x-ctxgate-compression"
 _VALUES = {"off": True, "on": False}
-_KEPT_S = 1.0  # how long a switch read from the database is trusted
 _REMEMBERED = 10_000
 
 
@@ -38,8 +37,14 @@ def asked_off(headers: Mapping[str, str]) -> bool | None:
 
 
 class Switches:
-    def __init__(self, store: SessionStore, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        kept_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
+        self.kept_s = kept_s  # how long a switch read from the database is trusted
         self.clock = clock
         self._known: dict[SessionKey, tuple[bool, float]] = {}
 
@@ -48,7 +53,7 @@ class Switches:
         session id); a header that switches it is stored first."""
         asked = asked_off(headers)
         known = self._known.get(sk)
-        fresh = known is not None and self.clock() - known[1] < _KEPT_S
+        fresh = known is not None and self.clock() - known[1] < self.kept_s
         if asked is not None:
             if not fresh or known is None or known[0] != asked:
                 await self._store_asked(sk, asked)
