@@ -121,7 +121,7 @@ class Turn:
         view = list(self.view)
         for index, text in self.placed:
             if index < len(view):
-                view[index] = with_text(view[index], text)
+                view[index] = with_appended(view[index], text)
         return view
 
     def response_headers(self) -> dict[str, str]:
@@ -192,7 +192,7 @@ def reservation(turn: Turn) -> int | None:
     return output_reservation(requested, turn.context_length)
 
 
-def with_text(message: Message, text: str) -> Message:
+def with_appended(message: Message, text: str) -> Message:
     """`message` with `text` appended to its content (a part of its own in a list)."""
     content: Any = message.get("content")
     out = dict(message)

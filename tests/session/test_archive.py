@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 
+from compression import RECALLED_OPEN
 from session.identity import scope_for
 from tests.proxy.agent_loop import TOOLS, AgentLoop
 from tests.servers import ProxyServer, settings_for
@@ -37,9 +38,22 @@ def canonical(message: dict[str, Any]) -> str:
     return json.dumps(message, sort_keys=True)
 
 
+def unplaced(message: dict[str, Any]) -> dict[str, Any]:
+    """The message without the archived passages recall before asking appended to it: the
+    client's original is still in view, only followed by them, so it replaces nothing."""
+    content = message.get("content")
+    if isinstance(content, str) and (at := content.find("\n\n" + RECALLED_OPEN)) >= 0:
+        return {**message, "content": content[:at]}
+    if isinstance(content, list) and content:
+        last = content[-1]
+        if isinstance(last, dict) and str(last.get("text", "")).startswith(RECALLED_OPEN):
+            return {**message, "content": content[:-1]}
+    return message
+
+
 def replaced_by_view(history: list[dict[str, Any]], view: list[dict[str, Any]]) -> list[int]:
     """Client positions whose message the forwarded view does not hold verbatim."""
-    held = {canonical(m) for m in view}
+    held = {canonical(unplaced(m)) for m in view}
     return [p for p, message in enumerate(history) if canonical(message) not in held]
 
 
@@ -51,7 +65,8 @@ def run_loop(
         sim.base_url,
         db_path,
         models=models,
-        compression={"background": False},
+        # Room for every passage recall before asking finds, the last request's included.
+        compression={"background": False, "recall": {"ahead_share": 0.5}},
         auth={"admin_key": "adm"},
     )
     with ProxyServer(settings) as proxy:
@@ -65,9 +80,12 @@ def run_loop(
             if midway is not None and step == steps // 2:
                 midway()
             loop.step(step)
-        # One last request: the view the upstream receives answers exactly this history.
-        history = [*loop.messages, {"role": "user", "content": "Summarise what you did."}]
-        loop.client.chat.completions.create(
+        # One last request: the view the upstream receives answers exactly this history. It
+        # names step 20's file or test run (archived long ago), so recall before asking appends
+        # archived passages to it.
+        last = "Summarise what you did to module_20.py and tests/test_mod_20.py."
+        history = [*loop.messages, {"role": "user", "content": last}]
+        final = loop.client.chat.completions.with_raw_response.create(
             model=MODEL,
             messages=history,  # type: ignore[arg-type]
             tools=TOOLS,  # type: ignore[arg-type]
@@ -78,7 +96,8 @@ def run_loop(
         archive = httpx.get(f"{url}/archive", headers=ADMIN).json()["data"]
         audit = httpx.get(f"{url}/audit", headers=ADMIN)
     view = [r for r in sim.chat_requests if not r.is_summary][-1].body["messages"]
-    outcome = {"history": history, "view": view, "archive": archive}
+    ahead = final.headers.get("x-ctxgate-recalled-ahead")
+    outcome = {"history": history, "view": view, "archive": archive, "ahead": ahead}
     return loop, outcome, audit
 
 
@@ -96,6 +115,7 @@ def test_every_replaced_original_is_archived_exactly_once(
     loop, run, audit = run_loop(sim8k, db_path, steps=60, midway=midway)
     assert "true" in loop.compressed_headers
     history, view, archive = run["history"], run["view"], run["archive"]
+    assert run["ahead"], "the last request should carry passages recalled before asking"
     replaced = replaced_by_view(history, view)
     assert len(replaced) > len(history) // 2, "the loop did not compress enough to test"
     by_position: dict[int, list[dict[str, Any]]] = {}
