@@ -61,7 +61,7 @@ def served(sim: Simulator, db_url: str, tmp_path: Path) -> Iterator[Workers]:
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    # The working directory holds PostgreSQL's journals (storage.store.journal_directory).
+    # The working directory holds PostgreSQL's journals (storage.replay.journal_directory).
     workers = Workers(path, tmp_path / "ctxgate.log", cwd=tmp_path)
     try:
         yield workers
