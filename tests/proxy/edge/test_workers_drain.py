@@ -12,10 +12,22 @@ from typing import Any
 
 import httpx
 
-from tests.proxy.edge.test_workers import Workers, chat, db_url, served, sim
-from tests.simulator import Hang, Reply, Simulator
+from tests.serving import (
+    MODEL,
+    WINDOW,
+    ServeProcess,
+    chat,
+    database_fixture,
+    workers_fixture,
+)
+from tests.simulator import Hang, ModelSpec, Reply, Simulator
+from tests.simulator.fixtures import simulator_fixture
 
-__all__ = ["db_url", "served", "sim"]  # fixtures shared with test_workers.py
+sim = simulator_fixture(
+    {MODEL: ModelSpec(window=WINDOW)}, validate_messages=True, chunk_delay_s=0.0
+)
+db_url = database_fixture()
+served = workers_fixture(storage={"lock_wait_s": 30})
 
 
 def _refused(port: int) -> bool:
@@ -27,7 +39,9 @@ def _refused(port: int) -> bool:
         return True
 
 
-def test_a_draining_server_refuses_new_connections_at_once(served: Workers, sim: Simulator) -> None:
+def test_a_draining_server_refuses_new_connections_at_once(
+    served: ServeProcess, sim: Simulator
+) -> None:
     sim.enqueue(Hang(seconds=5.0, then=Reply(content="the slow answer")))
     http = httpx.Client(timeout=60)
     result: dict[str, Any] = {}
