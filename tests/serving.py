@@ -37,11 +37,11 @@ from compression.counting.tokens import counter_for_model
 from storage.database.db import Database
 from tests.servers import free_port
 from tests.simulator import Simulator
+from tests.storage.factories import PG_ENV, reset_postgres
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW = 8192
 MODEL = "agent-8k"
-PG_ENV = "CTXGATE_TEST_PG_URL"
 
 
 class ServeProcess:
@@ -206,19 +206,10 @@ def database_fixture(*, both: bool = False, file: str = "shared.db", reset: bool
     def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         chosen = database_url(getattr(request, "param", "sqlite"), tmp_path, file)
         if reset and not chosen.startswith("sqlite"):
-            asyncio.run(_reset_postgres(chosen))
+            asyncio.run(reset_postgres(chosen))
         return chosen
 
     return url
-
-
-async def _reset_postgres(url: str) -> None:
-    db = Database.connect(url)
-    try:
-        await db.write(lambda conn: conn.execute(text("DROP SCHEMA public CASCADE")))
-        await db.write(lambda conn: conn.execute(text("CREATE SCHEMA public")))
-    finally:
-        await db.dispose()
 
 
 def workers_fixture(*, journals_here: bool = False, clean: bool = True, **sections: Any) -> Any:

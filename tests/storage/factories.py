@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import CompressionCommit, EventRecord, SessionKey, codec
@@ -15,6 +15,17 @@ from storage.database.tables import checkpoints, metadata
 from storage.rows import sessions as sessions_module
 
 T0 = 1_700_000_000.0
+PG_ENV = "CTXGATE_TEST_PG_URL"
+
+
+async def reset_postgres(url: str) -> None:
+    """Empty the PostgreSQL test server's schema (its database is shared by every test)."""
+    db = Database.connect(url)
+    try:
+        await db.write(lambda conn: conn.execute(text("DROP SCHEMA public CASCADE")))
+        await db.write(lambda conn: conn.execute(text("CREATE SCHEMA public")))
+    finally:
+        await db.dispose()
 
 
 class FakeClock:

@@ -118,11 +118,7 @@ def converse(sim: Simulator, proxy: ProxyServer, api_key: str, session: str) -> 
     client = openai.OpenAI(base_url=proxy.base_url, api_key=api_key, max_retries=0)
     loop = AgentLoop(client, MODEL, session_id=session)
     loop.script(sim)
-    step = 0
-    while "true" not in loop.compressed_headers[:-2]:
-        assert step < 80, "ctxgate never compressed the conversation"
-        loop.step(step)
-        step += 1
+    loop.past_compression()
 
 
 def ask(proxy: ProxyServer, api_key: str, session: str) -> None:

@@ -3,13 +3,14 @@ port, in front of the simulator, sharing one SQLite file.
 
 A client's keep-alive connection stays with the worker that accepted it, and `/healthz` names
 that worker's pid, so a test can tell which worker served a request and can pin a client to a
-worker of its choice.
+worker of its choice. A draining server finishes what it has and refuses new connections.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -124,35 +125,79 @@ def test_one_session_through_both_workers_compresses_once(
         check_consistent(db_url)  # usage rows match the counters; every checkpoint is valid
 
 
-def test_sigterm_lets_the_request_in_flight_finish(served: ServeProcess, sim: Simulator) -> None:
-    sim.enqueue(Hang(seconds=2.0, then=Reply(content="the slow answer")))
-    http = httpx.Client(timeout=60)
-    result: dict[str, Any] = {}
+class InFlight:
+    """One request held upstream for `seconds` before its answer, asked from a thread of its
+    own on a connection of its own; returns once the upstream holds it."""
 
-    def ask() -> None:
+    def __init__(self, served: ServeProcess, sim: Simulator, seconds: float) -> None:
+        sim.enqueue(Hang(seconds=seconds, then=Reply(content="the slow answer")))
+        self.http = httpx.Client(timeout=60)
+        self.answer: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._ask, args=(served.base_url,))
+        self.thread.start()
+        sim.wait_for(1, timeout=30)
+
+    def _ask(self, base_url: str) -> None:
+        messages = [{"role": "user", "content": "take your time"}]
         try:
-            result["answer"] = chat(
-                http, served.base_url, [{"role": "user", "content": "take your time"}], "slow"
-            )
+            self.answer = chat(self.http, base_url, messages, "slow")
         except BaseException as exc:
-            result["error"] = exc
+            self.error = exc
 
-    thread = threading.Thread(target=ask)
-    thread.start()
-    sim.wait_for(1, timeout=30)  # the request is upstream, held there for 2 s
+    def finished(self) -> str:
+        """The answer's text, once it came whole (a failure raises)."""
+        self.thread.join(60)
+        self.http.close()
+        assert self.error is None, self.error
+        assert self.answer.http_response.status_code == 200
+        text: str = self.answer.parse().choices[0].message.content
+        return text
+
+
+def test_sigterm_lets_the_request_in_flight_finish(served: ServeProcess, sim: Simulator) -> None:
+    slow = InFlight(served, sim, seconds=2.0)
     stopped_at = time.monotonic()
     served.process.send_signal(signal.SIGTERM)
-    thread.join(60)
-    http.close()
-    assert "error" not in result, result
-    answer = result["answer"]
-    assert answer.http_response.status_code == 200
-    assert answer.parse().choices[0].message.content == "the slow answer"
+    assert slow.finished() == "the slow answer"
     assert served.stop() == 0
     assert time.monotonic() - stopped_at < 15
     # Stopped: nobody listens on the port any more.
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{served.root}/healthz", timeout=2)
+
+
+def _refused(port: int) -> bool:
+    """Whether a new connection to `port` is refused (True) or accepted (False)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+def test_a_draining_server_refuses_new_connections_at_once(
+    served: ServeProcess, sim: Simulator
+) -> None:
+    """While a request in flight finishes, a new connection is refused at once (a balancer's
+    health check then fails fast instead of waiting on a socket nobody accepts from)."""
+    slow = InFlight(served, sim, seconds=5.0)
+    assert not _refused(served.port)
+    served.process.send_signal(signal.SIGTERM)
+    stopped_at = time.monotonic()
+    refused_after: float | None = None
+    while time.monotonic() - stopped_at < 2.0:
+        if _refused(served.port):
+            refused_after = time.monotonic() - stopped_at
+            break
+        time.sleep(0.05)
+    draining = slow.thread.is_alive()
+    answer = slow.finished()  # the request in flight still finished
+    assert refused_after is not None, "new connections were still accepted 2 s into the drain"
+    print(f"\nnew connections refused {refused_after:.2f}s into the drain")
+    assert draining, "the drain was over before the check: it proves nothing"
+    assert answer == "the slow answer"
+    assert served.stop() == 0
 
 
 def test_a_worker_that_dies_is_replaced_and_its_counts_kept(
