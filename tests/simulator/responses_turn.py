@@ -145,31 +145,9 @@ async def _interrupt(
         await exchange.send_frame(encode(event), more=True)
         await exchange.send_frame(b"", more=False)
         return False
-    result = await exchange.pause(hang_s, turn.closing)
-    if result == "closing":
-        await exchange.abort()
-        return False
-    if result == "gone":
-        exchange.rec.outcome = "client_gone"
-        return False
-    exchange.rec.outcome = "reply"
-    return True
+    return await exchange.stalled(hang_s, turn.closing)
 
 
 async def _send(turn: ResponsesTurn, event: Event, delay: float) -> bool:
     """Send one event and wait ``delay``; False when the stream must end here."""
-    exchange = turn.exchange
-    await exchange.send_frame(encode(event), more=True)
-    transport = exchange.transport
-    if transport is not None and transport.is_closing():
-        exchange.rec.outcome = "client_gone"
-        return False
-    if delay > 0:
-        try:
-            await asyncio.wait_for(turn.closing.wait(), delay)
-        except TimeoutError:
-            return True
-        await exchange.abort()
-        return False
-    await asyncio.sleep(0)
-    return True
+    return await turn.exchange.send_paced(encode(event), delay, turn.closing)
