@@ -243,13 +243,7 @@ class MessagesAPI:
             reply = await self._reply_for(hang.then, turn)
             await self._stream(turn, reply, stop_at=hang.after_chunks, hang_s=hang.seconds)
             return
-        result = await turn.exchange.pause(hang.seconds, self._closing())
-        if result == "closing":
-            turn.rec.outcome = "hang"
-            await turn.exchange.abort()
-            return
-        if result == "gone":
-            turn.rec.outcome = "client_gone"
+        if not await turn.exchange.held(hang.seconds, self._closing()):
             return
         then = hang.then if hang.then is not None else await self._reply_for(None, turn)
         await self._perform(then, turn)

@@ -121,6 +121,19 @@ class Exchange:
     async def pause(self, seconds: float, closing: asyncio.Event) -> PauseResult:
         return await pause(seconds, self.receive, closing)
 
+    async def held(self, seconds: float, closing: asyncio.Event) -> bool:
+        """A hang before the answer; True when it ran out and the answer follows, False when
+        stop() was called (outcome "hang", the connection cut) or the client went away."""
+        result = await self.pause(seconds, closing)
+        if result == "closing":
+            self.rec.outcome = "hang"
+            await self.abort()
+            return False
+        if result == "gone":
+            self.rec.outcome = "client_gone"
+            return False
+        return True
+
     async def stalled(self, seconds: float, closing: asyncio.Event) -> bool:
         """A stall in the stream; True when it ran out and the stream goes on, False when the
         stream ends here (stop() was called, or the client went away)."""

@@ -87,13 +87,7 @@ async def _hang(hang: Hang, turn: ResponsesTurn) -> None:
         reply = await _reply_for(hang.then, turn)
         await _stream(turn, reply, stop_at=hang.after_chunks, mode="hang", hang_s=hang.seconds)
         return
-    result = await turn.exchange.pause(hang.seconds, turn.closing)
-    if result == "closing":
-        turn.exchange.rec.outcome = "hang"
-        await turn.exchange.abort()
-        return
-    if result == "gone":
-        turn.exchange.rec.outcome = "client_gone"
+    if not await turn.exchange.held(hang.seconds, turn.closing):
         return
     then = hang.then if hang.then is not None else await turn.respond()
     await perform(then if not isinstance(then, Hang) else Reply(content="ok"), turn)
