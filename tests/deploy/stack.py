@@ -21,13 +21,14 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import make_url, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from session.identity import scope_for
-from tests.deploy.test_docker import BASE_IMAGE, BUILD_TIMEOUT_S, Docker
+from tests.deploy.test_docker import Docker, built
 from tests.servers import free_port
 from tests.simulator import Simulator
+from tests.storage.factories import own_database
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_URL = os.environ.get("CTXGATE_TEST_PG_URL", "")
@@ -38,22 +39,8 @@ WINDOW = 8192
 
 @pytest.fixture(scope="module")
 def balancer_image(docker: Docker) -> Iterator[str]:
-    tag = f"ctxgate-balancer-test:{uuid.uuid4().hex[:12]}"
-    docker(
-        "build",
-        "--network",
-        "host",
-        "--build-arg",
-        f"BASE_IMAGE={BASE_IMAGE}",
-        "--tag",
-        tag,
-        str(ROOT / "deploy" / "haproxy"),
-        timeout=BUILD_TIMEOUT_S,
-    )
-    try:
+    with built(docker, "ctxgate-balancer-test", ROOT / "deploy" / "haproxy") as tag:
         yield tag
-    finally:
-        docker("image", "rm", "--force", tag, check=False)
 
 
 @pytest.fixture
@@ -61,22 +48,8 @@ def pg_url() -> Iterator[str]:
     """A database of its own on the test server: other tests drop the shared one's schema."""
     if not PG_URL:
         pytest.fail("CTXGATE_TEST_DOCKER=1 needs CTXGATE_TEST_PG_URL (scripts/pg-test-server.sh)")
-    name = f"ctxgate_lb_{uuid.uuid4().hex[:12]}"
-    server = make_url(PG_URL)
-
-    async def run(statement: str) -> None:
-        engine = create_async_engine(server, isolation_level="AUTOCOMMIT")
-        try:
-            async with engine.connect() as conn:
-                await conn.execute(text(statement))
-        finally:
-            await engine.dispose()
-
-    asyncio.run(run(f"CREATE DATABASE {name}"))
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(run(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    with own_database(PG_URL, "ctxgate_lb") as url:
+        yield url
 
 
 @dataclass
