@@ -26,10 +26,11 @@ from storage.records import (
     UsagePoint,
     UsageRecord,
 )
+from storage.replay import journal_directory
 from storage.rows.retention import DailyUsage
 from storage.rows.search import read_terms_with
 from storage.rows.terms import Terms, search_terms
-from storage.store import SessionStore, journal_directory
+from storage.store import SessionStore
 from storage.sweeper import RetentionPolicy, Sweeper, SweepReport, daily_usage
 
 __all__ = [

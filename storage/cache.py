@@ -1,7 +1,10 @@
 """Recently read session rows, kept in this process so the request path needs no round trip.
 
 Rows this process writes stay current here: usage is applied the way the database applies it,
-every other write drops the entry so the next read goes to the database. Rows another replica
+every other write drops the entry so the next read goes to the database. Usage still lingering
+in the write-behind is applied to such a read too (`Unwritten`): without it, the row read back
+after a drop would miss the session's last answers until the batch is written, and the next
+request would be measured without its anchor, differently as the timing falls. Rows another replica
 writes are seen at most `ttl_s` late. On SQLite a copy past that age is renewed when no other
 connection committed since the last look (the store asks SQLite's data version): one look
 vouches for every copy at once, so a burst of lookups asks once. All copies are cleared when
@@ -134,3 +137,46 @@ def with_usage(old: SessionRecord | None, u: UsageRecord) -> SessionRecord:
         total_completion_tokens=old.total_completion_tokens + u.completion_tokens,
         **latest,
     )
+
+
+class Unwritten:
+    """Usage records handed to the write-behind and not yet written, by session: a row read
+    from the database while they linger is brought up to them (`over`), so that a copy
+    dropped by another write does not read back older than this process's own usage."""
+
+    def __init__(self) -> None:
+        self._records: dict[SessionKey, list[UsageRecord]] = {}
+
+    def add(self, u: UsageRecord) -> None:
+        self._records.setdefault(u.sk, []).append(u)
+
+    def done(self, batch: list[UsageRecord]) -> None:
+        """The batch was written, or given up on: the database answers for it from now."""
+        for u in batch:
+            held = self._records.get(u.sk)
+            if held is None:
+                continue
+            held[:] = [h for h in held if h is not u]
+            if not held:
+                del self._records[u.sk]
+
+    def of(self, sk: SessionKey) -> list[UsageRecord]:
+        return list(self._records.get(sk, ()))
+
+    def over(
+        self, record: SessionRecord | None, sk: SessionKey, earlier: list[UsageRecord]
+    ) -> SessionRecord | None:
+        """`record` as read from the database, brought up to the records it cannot show yet:
+        those still held (less one that is as new as the row's last usage: written, not yet
+        let go of), and of those held at the read's start (`earlier`: written during the read,
+        in it or not), the ones newer than its last usage and compression."""
+        held = self.of(sk)
+        gone = [u for u in earlier if all(u is not h for h in held)]
+        for u in sorted([*held, *gone], key=lambda u: u.at or 0.0):
+            at = u.at or 0.0
+            last = -math.inf if record is None else record.last_usage_at or -math.inf
+            newest = -math.inf if record is None else record.last_compression_at or -math.inf
+            if at == last or (any(u is g for g in gone) and at <= max(last, newest)):
+                continue
+            record = with_usage(record, u)
+        return record

@@ -5,21 +5,25 @@ its directory whose owner is gone and writes what lies above the journal's mark,
 transaction that also moves the mark: on one database shared by several processes or
 replicas each record is counted once, whoever replays it and however often a replay is cut
 short. A record the database refuses outright is skipped (it would be refused forever); a busy
-database leaves the journal for the next start.
+database leaves the journal for the next start. Where a database's processes keep their journals
+is `journal_directory`'s to say.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
 from storage.database.db import Database
 from storage.database.inline import Executor
 from storage.errors import DatabaseBusy, StorageError
-from storage.journal import DeadJournal, Mark, dead_journals
+from storage.journal import DeadJournal, Journal, Mark, dead_journals
 from storage.records import SessionKey, UsageRecord
 from storage.rows import charges, marks, usage
 
@@ -143,3 +147,26 @@ async def _write_alone(
 
         await db.write(skip)
         return 0
+
+
+def open_journal(directory: Path | None, kind: str) -> Journal | None:
+    """A journal in `directory`, or None (no directory, or none can be written there: a
+    read-only file system; then a crash loses what the write-behind holds, as without)."""
+    if directory is None:
+        return None
+    try:
+        return Journal(directory, kind)
+    except OSError as exc:
+        logger.error("no accounting journal in %s (a crash loses recent usage): %s", directory, exc)
+        return None
+
+
+def journal_directory(url: str) -> Path:
+    """Where a process of the database at `url` keeps its accounting journals: beside a
+    SQLite file; for PostgreSQL under the working directory (the image's volume), one folder
+    per database, so that replicas of another database never replay into this one."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return Path(f"{Path(parsed.database or 'ctxgate.db').expanduser()}.accounting")
+    where = f"{parsed.host}:{parsed.port}/{parsed.database}"
+    return Path("ctxgate-accounting") / hashlib.sha256(where.encode()).hexdigest()[:16]

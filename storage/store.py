@@ -10,21 +10,20 @@ no connection is left holding SQLite's write lock.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from storage.cache import Miss, SessionCache
-from storage.database import leases, migrations
+from storage.accounts import Accounts
+from storage.cache import Miss, SessionCache, Unwritten
+from storage.database import migrations
 from storage.database.db import Database
 from storage.database.inline import Executor
 from storage.errors import StorageError
-from storage.journal import Journal, Mark
+from storage.journal import Mark
 from storage.records import (
     UNSET,
     ArchivedMessage,
@@ -42,20 +41,10 @@ from storage.records import (
     Unset,
     UsageRecord,
 )
-from storage.replay import replay_journals
-from storage.rows import charges as savings
-from storage.rows import (
-    checkpoints,
-    daily,
-    events,
-    lineages,
-    marks,
-    search,
-    sessions,
-    switches,
-    usage,
-    windows,
-)
+from storage.replay import open_journal, replay_journals
+from storage.rows import checkpoints, events, lineages, marks, search, sessions, usage, windows
+from storage.rows.charges import ChargeRow
+from storage.tenancy import Tenancy
 from storage.writer import UsageWriter
 
 logger = logging.getLogger("ctxgate.storage")
@@ -65,8 +54,9 @@ INLINE_USAGE_RECORDS = 64  # larger batches go through the pool's thread
 Clock = Callable[[], float]
 
 
-class SessionStore:
-    """Sessions, checkpoints, archive, events, usage, model windows and leases."""
+class SessionStore(Accounts, Tenancy):
+    """Sessions, checkpoints, archive, events, usage and model windows; charges and switches
+    (storage.accounts) and leases (storage.tenancy) are parts of it."""
 
     def __init__(
         self,
@@ -80,12 +70,13 @@ class SessionStore:
         self._db = db
         self._clock = clock
         self._cache = cache
-        journal = _journal(journal_dir, "usage")
+        self._unwritten = Unwritten()
+        journal = open_journal(journal_dir, "usage")
         self._writer: UsageWriter[UsageRecord] = UsageWriter(
             self._write_usage, journal=journal, linger_s=linger_s
         )
-        journal = _journal(journal_dir, "charge")
-        self._charges: UsageWriter[savings.ChargeRow] = UsageWriter(
+        journal = open_journal(journal_dir, "charge")
+        self._charges: UsageWriter[ChargeRow] = UsageWriter(
             self._write_charges, what="charge", journal=journal, linger_s=linger_s
         )
         self._closed = False
@@ -110,7 +101,8 @@ class SessionStore:
         (0: every call reads the database); see storage.cache.
         journal_dir: where usage and charges are journaled as they are handed over, so that a
         crash loses none of them (storage.journal); the journals of dead processes found there
-        are replayed first. None: no journal (`journal_directory(url)` is the usual place).
+        are replayed first. None: no journal (storage.replay.journal_directory(url) is the
+        usual place).
         linger_s: how long the write-behind gathers records into one transaction.
         """
         db = Database.connect(url)
@@ -190,9 +182,10 @@ class SessionStore:
                 cached = self._cache.get(sk)
         if not isinstance(cached, Miss):
             return cached
-        epoch = self._cache.epoch
+        epoch, unwritten = self._cache.epoch, self._unwritten.of(sk)
         self._session_reads += 1
         record = await self._db.lookup(lambda conn: sessions.get(conn, sk))
+        record = self._unwritten.over(record, sk, unwritten)
         self._cache.put(sk, record, epoch)
         return record
 
@@ -202,7 +195,10 @@ class SessionStore:
         """Hand a usage record to the write-behind task; returns at once, never raises."""
         stamped = self._stamped(u)
         self._cache.apply_usage(stamped)
+        dropped = self._writer.dropped
         self._writer.submit(stamped)
+        if self._writer.dropped == dropped:
+            self._unwritten.add(stamped)
 
     async def flush(self) -> None:
         """Wait until every record handed to record_usage_later (and every charge handed to
@@ -223,10 +219,13 @@ class SessionStore:
                 await marks.advance(conn, mark, now)
 
         # A batch written inline holds the event loop: ~1.6 ms for 64 records, ~19 for 1000.
-        if len(batch) <= INLINE_USAGE_RECORDS:
-            await self._db.write_inline(write)
-        else:
-            await self._db.write(write)
+        try:
+            if len(batch) <= INLINE_USAGE_RECORDS:
+                await self._db.write_inline(write)
+            else:
+                await self._db.write(write)
+        finally:
+            self._unwritten.done(batch)
 
     def _stamped(self, u: UsageRecord) -> UsageRecord:
         return u if u.at is not None else dataclasses.replace(u, at=self._clock())
@@ -399,79 +398,6 @@ class SessionStore:
         finally:
             self._cache.clear()  # the session's forks went with it
 
-    # -- charges and shadow checks -----------------------------------------------------
-
-    async def record_charges(self, rows: Sequence[savings.ChargeRow]) -> None:
-        await self._write_charges(list(rows), None)
-
-    def record_charges_later(self, rows: Sequence[savings.ChargeRow]) -> None:
-        """Hand charges to their write-behind task; returns at once, never raises. The reads
-        that report charges (`charge_groups`, `charges_of`) wait for those handed over."""
-        for row in rows:
-            self._charges.submit(row)
-
-    async def _write_charges(self, rows: list[savings.ChargeRow], mark: Mark | None) -> None:
-        async def write(conn: Executor) -> None:
-            await savings.add_charges(conn, rows)
-            if mark is not None:
-                await marks.advance(conn, mark, self._clock())
-
-        await self._db.write_inline(write)
-
-    async def last_full_prompt(self, sk: SessionKey) -> tuple[int, float] | None:
-        """The newest client request's uncompressed prompt tokens and time, if any, among
-        those written (the ledger remembers this process's own newest ones itself)."""
-        return await self._db.read(lambda conn: savings.last_full_prompt(conn, sk))
-
-    async def charge_groups(
-        self, keys: Sequence[SessionKey] | None = None, per_session: bool = False
-    ) -> list[savings.ChargeGroup]:
-        """Charges summed by model, kind and compressed (and session when `per_session`) of
-        the sessions `keys`; over all (None, not per session) the deleted sessions' kept daily
-        totals are in the sums too."""
-        await self._charges.flush()
-
-        async def read(conn: AsyncConnection) -> list[savings.ChargeGroup]:
-            live = await savings.charge_groups(conn, keys, per_session)
-            if keys is not None or per_session:
-                return live
-            return daily.merged_charges([*live, *await daily.charge_totals(conn)])
-
-        return await self._db.read(read, snapshot=True)
-
-    async def charges_of(self, sk: SessionKey, limit: int = 1000) -> list[savings.ChargeRow]:
-        """The session's newest `limit` charges (one per upstream call), oldest first."""
-        await self._charges.flush()
-        return await self._db.read(lambda conn: savings.charges_of(conn, sk, limit))
-
-    async def record_shadow(self, row: savings.ShadowRow) -> None:
-        await self._db.write_inline(lambda conn: savings.add_shadow(conn, row))
-
-    async def shadow_groups(self, sk: SessionKey | None = None) -> list[savings.ShadowGroup]:
-        """Shadow checks by model and trigger, of one session or of all (then with the
-        deleted sessions' kept daily totals)."""
-
-        async def read(conn: AsyncConnection) -> list[savings.ShadowGroup]:
-            live = await savings.shadow_groups(conn, sk)
-            if sk is not None:
-                return live
-            return daily.merged_shadow([*live, *await daily.shadow_totals(conn)])
-
-        return await self._db.read(read, snapshot=True)
-
-    async def checkpoint_trigger(self, checkpoint_id: int) -> str | None:
-        """The trigger of the compression that made the checkpoint, if its event is kept."""
-        return await self._db.read(lambda conn: events.trigger_of(conn, checkpoint_id))
-
-    # -- per-session switches ----------------------------------------------------------
-
-    async def compression_off(self, keys: Sequence[SessionKey]) -> set[SessionKey]:
-        """Those of `keys` (client session ids) whose compression is switched off."""
-        return await self._db.lookup(lambda conn: switches.compression_off(conn, keys))
-
-    async def set_compression(self, sk: SessionKey, off: bool) -> None:
-        await self._db.write(lambda conn: switches.set_compression(conn, sk, off, self._clock()))
-
     # -- model windows -----------------------------------------------------------------
 
     async def get_model_windows(self) -> dict[str, int]:
@@ -479,60 +405,3 @@ class SessionStore:
 
     async def set_model_window(self, model: str, tokens: int) -> None:
         await self._db.write(lambda conn: windows.set_window(conn, model, tokens, self._clock()))
-
-    # -- leases ------------------------------------------------------------------------
-
-    async def acquire_lease(self, sk: SessionKey, owner: str, ttl_s: float) -> bool:
-        """Take the session's lease if free or expired; never waits for its holder."""
-        return await self._db.write(
-            lambda conn: leases.acquire(conn, sk, owner, ttl_s, self._clock())
-        )
-
-    async def refresh_lease(self, sk: SessionKey, owner: str, ttl_s: float) -> bool:
-        """Extend our lease by ttl_s from now; False if it is no longer ours."""
-        return await self._db.write(
-            lambda conn: leases.refresh(conn, sk, owner, ttl_s, self._clock())
-        )
-
-    async def release_lease(self, sk: SessionKey, owner: str) -> None:
-        await self._db.write(lambda conn: leases.release(conn, sk, owner))
-
-    async def lease_holder(self, sk: SessionKey) -> str | None:
-        """Who holds the session's lease row (expired or not); None when nobody does."""
-        return await self._db.read(lambda conn: leases.holder(conn, sk))
-
-    async def take_over_lease(self, sk: SessionKey, dead: str, owner: str, ttl_s: float) -> bool:
-        """Take a lease from a holder known to be dead; False if it no longer holds it."""
-        return await self._db.write(
-            lambda conn: leases.take_over(conn, sk, dead, owner, ttl_s, self._clock())
-        )
-
-    async def lease_owners(self) -> list[str]:
-        return await self._db.read(leases.owners)
-
-    async def release_leases_of(self, owners: Collection[str]) -> int:
-        """Free every lease of the given (dead) owners; how many were freed."""
-        return await self._db.write(lambda conn: leases.release_all(conn, owners))
-
-
-def _journal(directory: Path | None, kind: str) -> Journal | None:
-    """A journal in `directory`, or None (no directory, or none can be written there: a
-    read-only file system; then a crash loses what the write-behind holds, as without)."""
-    if directory is None:
-        return None
-    try:
-        return Journal(directory, kind)
-    except OSError as exc:
-        logger.error("no accounting journal in %s (a crash loses recent usage): %s", directory, exc)
-        return None
-
-
-def journal_directory(url: str) -> Path:
-    """Where a process of the database at `url` keeps its accounting journals: beside a
-    SQLite file; for PostgreSQL under the working directory (the image's volume), one folder
-    per database, so that replicas of another database never replay into this one."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return Path(f"{Path(parsed.database or 'ctxgate.db').expanduser()}.accounting")
-    where = f"{parsed.host}:{parsed.port}/{parsed.database}"
-    return Path("ctxgate-accounting") / hashlib.sha256(where.encode()).hexdigest()[:16]

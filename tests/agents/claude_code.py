@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from tests.agents.binaries import Finished, run_headless
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +73,17 @@ class ClaudeCode:
         if not (binary.exists() and os.access(binary, os.X_OK)):
             return None
         return cls(binary=binary, **kwargs)  # type: ignore[arg-type]
+
+    @classmethod
+    def required(cls) -> ClaudeCode:
+        """Claude Code for a test: skipped without it, failed when CI installed it
+        (CTXGATE_TEST_CLAUDE_CODE=1) and it is missing all the same."""
+        agent = cls.installed()
+        if agent is None:
+            if os.environ.get("CTXGATE_TEST_CLAUDE_CODE") == "1":
+                pytest.fail("CTXGATE_TEST_CLAUDE_CODE=1 but Claude Code is not installed")
+            pytest.skip("Claude Code is not installed (scripts/install-claude-code.sh)")
+        return agent
 
     def version(self) -> str:
         done = subprocess.run(

@@ -5,11 +5,9 @@ CTXGATE_TEST_CLAUDE_CODE=1 makes a missing binary a failure)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-import pytest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tests.agents.claude_code import ClaudeCode
@@ -25,17 +23,8 @@ WINDOW = 16_384
 TURNS = 22
 
 
-def _agent() -> ClaudeCode:
-    agent = ClaudeCode.installed()
-    if agent is None:
-        if os.environ.get("CTXGATE_TEST_CLAUDE_CODE") == "1":
-            pytest.fail("CTXGATE_TEST_CLAUDE_CODE=1 but Claude Code is not installed")
-        pytest.skip("Claude Code is not installed (scripts/install-claude-code.sh)")
-    return agent
-
-
 def test_claude_code_runs_through_ctxgate(tmp_path: Path) -> None:
-    agent = _agent()
+    agent = ClaudeCode.required()
     run, received, recorder = _run(agent, ScriptedAgent(turns=TURNS, output_lines=60), tmp_path)
     turns = [r for r in received if r.path.endswith("/messages") and not r.is_summary]
     summaries = [r for r in received if r.is_summary]
@@ -137,7 +126,7 @@ def _figures(turns: list[Any], summaries: list[Any], bodies: list[bytes]) -> dic
 def test_claude_code_never_sees_ctxgate_recall(tmp_path: Path) -> None:
     """After a compression the model reads archived originals back through ctxgate's recall
     tool on every other request (signed thinking on); Claude Code gets only its own calls."""
-    agent = _agent()
+    agent = ClaudeCode.required()
     model = RecallFirst(ScriptedAgent(turns=16, output_lines=60))
     run, received, recorder = _run(agent, model, tmp_path)
     assert run.exit_code == 0, (run.stdout[-2000:], run.stderr[-2000:])

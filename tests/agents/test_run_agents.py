@@ -20,8 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from proxy.edge.run.agents import launch
 from storage import SessionStore
 from tests.agents.aider import Aider, required_aider
@@ -163,17 +161,8 @@ CLAUDE_MODEL = "claude-sonnet-4-5"
 CLAUDE_KEY = "sk-ant-user-key"
 
 
-def _claude() -> ClaudeCode:
-    agent = ClaudeCode.installed()
-    if agent is None:
-        if os.environ.get("CTXGATE_TEST_CLAUDE_CODE") == "1":
-            pytest.fail("CTXGATE_TEST_CLAUDE_CODE=1 but Claude Code is not installed")
-        pytest.skip("Claude Code is not installed (scripts/install-claude-code.sh)")
-    return agent
-
-
 def test_claude_code_through_ctxgate_run(tmp_path: Path) -> None:
-    agent = _claude()
+    agent = ClaudeCode.required()
     home = tmp_path / "claude-home"
     (home / ".claude").mkdir(parents=True)
     work = tmp_path / "work"

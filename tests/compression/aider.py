@@ -8,7 +8,10 @@ the current message.
 
 from __future__ import annotations
 
+from typing import Any
+
 from compression.messages.types import Message
+from tests.simulator import Reply, is_summary_request
 from tests.simulator.tokens import count_text
 
 REMINDER = (
@@ -62,6 +65,23 @@ def edit_answer(turn: int, lines: int = 40) -> str:
         f"net/client.py\n```python\n<<<<<<< SEARCH\ndef fetch(url, timeout):\n=======\n"
         f"def fetch(url, timeout, retries={turn}):\n{body}\n>>>>>>> REPLACE\n```\n"
     )
+
+
+ASKS = ["Add retries with exponential backoff to fetch() in net/client.py; keep its signature."]
+ASKS += [f"Now make attempt {n} log its delay and the URL." for n in range(1, 14)]
+
+
+def answering(lines: int = 40) -> Any:
+    """A simulator responder that answers like aider's model: an edit of `lines` lines for
+    each request (the simulator's own summarizer answers the summary calls)."""
+
+    def answer(body: dict[str, Any]) -> Reply | None:
+        if is_summary_request(body):
+            return None
+        answered = sum(1 for m in body["messages"] if m.get("role") == "user") - len(opening())
+        return Reply(content=edit_answer(answered, lines))
+
+    return answer
 
 
 def request(

@@ -4,10 +4,6 @@ once, and a graceful stop writes out every usage record it still held in memory.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -15,75 +11,35 @@ from typing import Any
 
 import httpx
 import openai
-import pytest
-import yaml
-from sqlalchemy import text
 
 from compression import check_invariants
-from storage.database.db import Database
-from tests.deploy.test_replicas import Replica, history_over_threshold
+from tests.serving import (
+    MODEL,
+    WINDOW,
+    ServeProcess,
+    check_consistent,
+    database_fixture,
+    history_over_threshold,
+    query,
+    write_config,
+)
 from tests.simulator import Hang, ModelSpec, Simulator
 from tests.simulator.fixtures import simulator_fixture
 
-WINDOW = 8192
-MODEL = "agent-8k"
-PG_ENV = "CTXGATE_TEST_PG_URL"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path}/crash.db"
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"{PG_ENV} not set (scripts/pg-test-server.sh starts a server)")
-    asyncio.run(_reset_postgres(url))
-    return url
-
-
-async def _reset_postgres(url: str) -> None:
-    db = Database.connect(url)
-    try:
-        await db.write(lambda conn: conn.execute(text("DROP SCHEMA public CASCADE")))
-        await db.write(lambda conn: conn.execute(text("CREATE SCHEMA public")))
-    finally:
-        await db.dispose()
-
-
+database_url = database_fixture(both=True, file="crash.db", reset=True)
 sim = simulator_fixture({MODEL: ModelSpec(window=WINDOW)}, validate_messages=True)
+LEASES = {"lease_ttl_s": 30, "lock_wait_s": 10}
 
 
-def write_config(tmp_path: Path, sim: Simulator, url: str, **storage: Any) -> Path:
-    config = {
-        "upstreams": {"sim": {"base_url": sim.base_url, "api_key": "sk-up"}},
-        "models": [{"match": "*", "upstream": "sim", "context_length": WINDOW}],
-        "storage": {"url": url, "lease_ttl_s": 30, "lock_wait_s": 10, **storage},
-        "compression": {"background": False},
-        "logging": {"level": "warning", "json": False},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+def start(config: Path) -> ServeProcess:
+    """A replica; its accounting journals (PostgreSQL's too) beside its config."""
+    return ServeProcess(config, cwd=config.parent)
 
 
-def kill9(replica: Replica) -> None:
-    replica.process.send_signal(signal.SIGKILL)
-    replica.process.wait(10)
-
-
-def query(url: str, sql: str) -> list[Any]:
-    async def run() -> list[Any]:
-        db = Database.connect(url)
-        try:
-            return await db.read(lambda conn: _rows(conn, sql))
-        finally:
-            await db.dispose()
-
-    return asyncio.run(run())
-
-
-async def _rows(conn: Any, sql: str) -> list[Any]:
-    return list((await conn.execute(text(sql))).all())
+def stopped(replica: ServeProcess) -> str:
+    """Stop the replica: its output."""
+    replica.stop(15)
+    return replica.output()
 
 
 def is_summary(received: Any) -> bool:
@@ -96,12 +52,12 @@ def is_summary(received: Any) -> bool:
 def test_restart_after_kill9_compresses_at_once_despite_the_dead_lease(
     sim: Simulator, database_url: str, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, sim, database_url)
+    config = write_config(tmp_path, sim.base_url, database_url, storage=LEASES)
     messages = history_over_threshold()
     session = {"X-Session-Id": "crashed-mid-compression"}
     sim.responder = lambda body: Hang(60) if sim.summary_detector(body) else None
 
-    first = Replica(config)
+    first = start(config)
     client = openai.OpenAI(base_url=first.base_url, api_key="sk-team", max_retries=0)
     stuck = threading.Thread(
         target=lambda: _ignore_errors(
@@ -113,11 +69,11 @@ def test_restart_after_kill9_compresses_at_once_despite_the_dead_lease(
     )
     stuck.start()
     sim.wait_for(1, timeout=30, predicate=is_summary)  # compressing: the lease is held
-    kill9(first)
+    first.kill()
     assert query(database_url, "SELECT count(*) FROM leases")[0][0] == 1
 
     sim.responder = None
-    second = Replica(config)
+    second = start(config)
     try:
         client = openai.OpenAI(base_url=second.base_url, api_key="sk-team", max_retries=0)
         started = time.monotonic()
@@ -126,7 +82,7 @@ def test_restart_after_kill9_compresses_at_once_despite_the_dead_lease(
         )
         waited = time.monotonic() - started
     finally:
-        assert "Traceback" not in second.stop()
+        assert "Traceback" not in stopped(second)
     assert raw.headers["x-ctxgate-compressed"] == "true"
     assert raw.headers.get("x-ctxgate-outcome") in ("compressed", "fallback")
     assert waited < 5, f"waited {waited:.1f} s for a dead process's lease"
@@ -188,34 +144,20 @@ class Traffic:
                 history[:] = [*asked, {"role": "assistant", "content": f"done {turn}"}]
 
 
-def check_consistent(url: str) -> None:
-    if url.startswith("sqlite"):
-        assert query(url, "PRAGMA integrity_check")[0][0] == "ok"
-    counts = query(
-        url,
-        "SELECT s.key, s.request_count, (SELECT count(*) FROM usage u WHERE u.session_id = s.id)"
-        " FROM sessions s",
-    )
-    for key, request_count, usage_rows in counts:
-        assert request_count == usage_rows, key  # counters and rows: one transaction
-    for (raw,) in query(url, "SELECT messages FROM checkpoints"):
-        check_invariants(json.loads(raw))
-
-
 def test_kill9_under_traffic_leaves_a_consistent_database_and_a_working_restart(
     sim: Simulator, database_url: str, tmp_path: Path
 ) -> None:
-    config = write_config(tmp_path, sim, database_url)
+    config = write_config(tmp_path, sim.base_url, database_url, storage=LEASES)
     histories: dict[str, list[Any]] = {}
     answered = 0
     sessions = 4
     for run in range(2):
-        replica = Replica(config)  # replays what the killed one before it had not written
+        replica = start(config)  # replays what the killed one before it had not written
         traffic = Traffic(replica.base_url, sessions=sessions, histories=histories)
         traffic.start()
         time.sleep(3.0 + 1.0 * run)
         killed_at = time.monotonic()
-        kill9(replica)
+        replica.kill()
         traffic.stop()
         check_consistent(database_url)
         rows = query(database_url, "SELECT count(*) FROM usage")[0][0]
@@ -229,7 +171,7 @@ def test_kill9_under_traffic_leaves_a_consistent_database_and_a_working_restart(
     assert sum(len(h) for h in histories.values()) > 0
     assert sim.summary_requests, "no compression ran: the test did not cover checkpoints"
 
-    last = Replica(config)
+    last = start(config)
     # Its start replayed the last kill's journal: every answer is accounted.
     assert query(database_url, "SELECT count(*) FROM usage")[0][0] >= answered
     try:
@@ -244,7 +186,7 @@ def test_kill9_under_traffic_leaves_a_consistent_database_and_a_working_restart(
             assert forwarded[-1] == {"role": "user", "content": "after the crash"}
             check_invariants(forwarded)
     finally:
-        assert "Traceback" not in last.stop()
+        assert "Traceback" not in stopped(last)
     check_consistent(database_url)
 
 
@@ -254,7 +196,7 @@ def test_kill9_under_traffic_leaves_a_consistent_database_and_a_working_restart(
 def test_sigterm_writes_out_every_queued_usage_record(
     sim: Simulator, database_url: str, tmp_path: Path
 ) -> None:
-    replica = Replica(write_config(tmp_path, sim, database_url))
+    replica = start(write_config(tmp_path, sim.base_url, database_url, storage=LEASES))
     with httpx.Client(base_url=replica.base_url, timeout=10) as http:
         for i in range(25):
             response = http.post(
@@ -264,6 +206,6 @@ def test_sigterm_writes_out_every_queued_usage_record(
             )
             assert response.status_code == 200
     # At once: the last records are still lingering in memory when the signal arrives.
-    assert "Traceback" not in replica.stop()
+    assert "Traceback" not in stopped(replica)
     assert query(database_url, "SELECT count(*) FROM usage")[0][0] == 25
     check_consistent(database_url)

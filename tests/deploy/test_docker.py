@@ -13,6 +13,7 @@ network with the provider simulator, on loopback, as its upstream.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -90,9 +91,11 @@ def docker() -> Docker:
     return client
 
 
-@pytest.fixture(scope="module")
-def image(docker: Docker) -> Iterator[str]:
-    tag = f"ctxgate-test:{uuid.uuid4().hex[:12]}"
+@contextlib.contextmanager
+def built(docker: Docker, name: str, context: Path) -> Iterator[str]:
+    """An image built from `context` on the Debian base image, under a fresh tag; removed
+    afterwards."""
+    tag = f"{name}:{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
     docker(
         "build",
@@ -102,7 +105,7 @@ def image(docker: Docker) -> Iterator[str]:
         f"BASE_IMAGE={BASE_IMAGE}",
         "--tag",
         tag,
-        str(ROOT),
+        str(context),
         timeout=BUILD_TIMEOUT_S,
     )
     print(f"\nimage {tag} built in {time.monotonic() - started:.1f}s")
@@ -110,6 +113,12 @@ def image(docker: Docker) -> Iterator[str]:
         yield tag
     finally:
         docker("image", "rm", "--force", tag, check=False)
+
+
+@pytest.fixture(scope="module")
+def image(docker: Docker) -> Iterator[str]:
+    with built(docker, "ctxgate-test", ROOT) as tag:
+        yield tag
         # The build's intermediate layers: with the vfs driver each one is a full copy.
         docker("builder", "prune", "--force", check=False)
 

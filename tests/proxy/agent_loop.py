@@ -109,6 +109,14 @@ class AgentLoop:
                 {"role": "tool", "tool_call_id": call["id"], "content": self._run(call, index)}
             )
 
+    def past_compression(self, turns_after: int = 2, most: int = 80) -> None:
+        """Step until ctxgate has compressed the conversation, then `turns_after` turns more."""
+        step = len(self.responses)
+        while "true" not in self.compressed_headers[: len(self.compressed_headers) - turns_after]:
+            assert step < most, "ctxgate never compressed the conversation"
+            self.step(step)
+            step += 1
+
     def _run(self, call: dict[str, Any], index: int) -> str:
         args = json.loads(call["function"]["arguments"])
         if call["function"]["name"] == "read_file":

@@ -4,26 +4,17 @@ original request the summary carries is the user's first request, not aider's ex
 
 from __future__ import annotations
 
-from typing import Any
-
 import openai
 
 from compression.summary.handoff import handoff_text, parse_handoff
 from tests.compression import aider
 from tests.servers import ProxyServer, settings_for
-from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator import ModelSpec, Simulator
 
 WINDOW = 8192
 MODEL = "aider-8k"
-ASKS = ["Add retries with exponential backoff to fetch() in net/client.py; keep its signature."]
-ASKS += [f"Now make attempt {n} log its delay and the URL." for n in range(1, 14)]
-
-
-def answer_like_aider(body: dict[str, Any]) -> Reply | None:
-    if is_summary_request(body):
-        return None  # the simulator's own summarizer answers
-    answered = sum(1 for m in body["messages"] if m.get("role") == "user") - len(aider.opening())
-    return Reply(content=aider.edit_answer(answered))
+answer_like_aider = aider.answering()
+ASKS = aider.ASKS
 
 
 def test_the_canned_opening_is_kept_and_the_users_request_carried(db_path: str) -> None:

@@ -16,23 +16,15 @@ from compression.verbatim.pins import PIN_MARKER
 from session.identity import scope_for
 from tests.compression import aider
 from tests.servers import ProxyServer, settings_for
-from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator import ModelSpec, Simulator
 from tests.simulator.fixtures import simulator_fixture
 
 WINDOW = 8192
 MODEL = "aider-8k"
 ADMIN = {"Authorization": "Bearer adm"}
 KEY = "sk-aider"
-ASKS = ["Add retries with exponential backoff to fetch() in net/client.py; keep its signature."]
-ASKS += [f"Now make attempt {n} log its delay and the URL." for n in range(1, 14)]
-
-
-def answer_like_aider(body: dict[str, Any]) -> Reply | None:
-    if is_summary_request(body):
-        return None  # the simulator's own summarizer answers
-    answered = sum(1 for m in body["messages"] if m.get("role") == "user") - len(aider.opening())
-    return Reply(content=aider.edit_answer(answered, lines=25))
-
+answer_like_aider = aider.answering(25)
+ASKS = aider.ASKS
 
 sim = simulator_fixture(
     {MODEL: ModelSpec(window=WINDOW)}, responder=lambda: answer_like_aider, validate_messages=True

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import anthropic
 import openai
 
+from tests.proxy.responses_agent import SHELL
 from tests.servers import ProxyServer
 from tests.simulator import Received, Reply, Simulator, is_summary_request
 from tests.simulator.responses_items import chat_view, input_items
@@ -194,17 +195,6 @@ class ChatAgent:
         return dict(raw.headers), bool(message.tool_calls)
 
 
-SHELL: dict[str, Any] = {
-    "type": "function",
-    "name": "shell",
-    "description": "Runs a shell command and returns its output",
-    "strict": False,
-    "parameters": {
-        "type": "object",
-        "properties": {"command": {"type": "array", "items": {"type": "string"}}},
-        "required": ["command"],
-    },
-}
 CODEX_DEVELOPER = (
     "<permissions instructions>Sandbox: workspace-write; network access is restricted."
     "</permissions instructions>"

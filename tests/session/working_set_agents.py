@@ -20,6 +20,7 @@ import anthropic
 import httpx
 import openai
 
+from tests.proxy.responses_agent import SHELL
 from tests.servers import ProxyServer
 from tests.simulator import Reply, is_summary_request
 from tests.simulator.responses_items import chat_view, input_items
@@ -232,19 +233,6 @@ class ChatAgent:
             output = _answer(self.repo, call.function.name, args)  # type: ignore[union-attr]
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
         return bool(message.tool_calls)
-
-
-SHELL: dict[str, Any] = {
-    "type": "function",
-    "name": "shell",
-    "description": "Runs a shell command and returns its output",
-    "strict": False,
-    "parameters": {
-        "type": "object",
-        "properties": {"command": {"type": "array", "items": {"type": "string"}}},
-        "required": ["command"],
-    },
-}
 
 
 def _message_item(role: str, text: str) -> dict[str, Any]:

@@ -243,13 +243,7 @@ class MessagesAPI:
             reply = await self._reply_for(hang.then, turn)
             await self._stream(turn, reply, stop_at=hang.after_chunks, hang_s=hang.seconds)
             return
-        result = await turn.exchange.pause(hang.seconds, self._closing())
-        if result == "closing":
-            turn.rec.outcome = "hang"
-            await turn.exchange.abort()
-            return
-        if result == "gone":
-            turn.rec.outcome = "client_gone"
+        if not await turn.exchange.held(hang.seconds, self._closing()):
             return
         then = hang.then if hang.then is not None else await self._reply_for(None, turn)
         await self._perform(then, turn)
@@ -347,32 +341,10 @@ class MessagesAPI:
         if mode == "stream_error":
             await exchange.send_frame(encode(("error", error or {})), more=False)
             return False
-        result = await exchange.pause(hang_s, self._closing())
-        if result == "closing":
-            await exchange.abort()
-            return False
-        if result == "gone":
-            turn.rec.outcome = "client_gone"
-            return False
-        turn.rec.outcome = "reply"
-        return True
+        return await exchange.stalled(hang_s, self._closing())
 
     async def _send(self, turn: MessagesTurn, event: Event, delay: float, last: bool) -> bool:
-        exchange = turn.exchange
-        await exchange.send_frame(encode(event), more=not last)
-        transport = exchange.transport
-        if transport is not None and transport.is_closing():
-            turn.rec.outcome = "client_gone"
-            return False
-        if delay > 0 and not last:
-            try:
-                await asyncio.wait_for(self._closing().wait(), delay)
-            except TimeoutError:
-                return True
-            await exchange.abort()
-            return False
-        await asyncio.sleep(0)
-        return True
+        return await turn.exchange.send_paced(encode(event), delay, self._closing(), more=not last)
 
     def _closing(self) -> asyncio.Event:
         closing = self.sim.closing_event

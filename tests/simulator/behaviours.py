@@ -71,13 +71,7 @@ async def _hang(hang: Hang, turn: ChatTurn) -> None:
         reply = await _reply_for(hang.then, turn)
         await _stream(turn, reply, stop_at=hang.after_chunks, mode="hang", hang_s=hang.seconds)
         return
-    result = await turn.exchange.pause(hang.seconds, turn.closing)
-    if result == "closing":
-        turn.rec.outcome = "hang"
-        await turn.exchange.abort()
-        return
-    if result == "gone":
-        turn.rec.outcome = "client_gone"
+    if not await turn.exchange.held(hang.seconds, turn.closing):
         return
     then = hang.then if hang.then is not None else await turn.respond(turn.body)
     if isinstance(then, Hang):
@@ -189,32 +183,9 @@ async def _interrupt(
         await exchange.send_frame(encode_event({"error": error}), more=True)
         await exchange.send_frame(b"", more=False)
         return False
-    result = await exchange.pause(hang_s, turn.closing)
-    if result == "closing":
-        await exchange.abort()
-        return False
-    if result == "gone":
-        turn.rec.outcome = "client_gone"
-        return False
-    turn.rec.outcome = "reply"
-    return True
+    return await exchange.stalled(hang_s, turn.closing)
 
 
 async def _send_chunk(turn: ChatTurn, chunk: dict[str, Any], delay: float) -> bool:
-    """Send one chunk and wait ``delay``; False when the stream must end here (the client went
-    away, or stop() was called)."""
-    exchange = turn.exchange
-    await exchange.send_frame(encode_event(chunk), more=True)
-    transport = exchange.transport
-    if transport is not None and transport.is_closing():
-        turn.rec.outcome = "client_gone"
-        return False
-    if delay > 0:
-        try:
-            await asyncio.wait_for(turn.closing.wait(), delay)
-        except TimeoutError:
-            return True
-        await exchange.abort()
-        return False
-    await asyncio.sleep(0)
-    return True
+    """Send one chunk and wait ``delay``; False when the stream must end here."""
+    return await turn.exchange.send_paced(encode_event(chunk), delay, turn.closing)

@@ -121,5 +121,51 @@ class Exchange:
     async def pause(self, seconds: float, closing: asyncio.Event) -> PauseResult:
         return await pause(seconds, self.receive, closing)
 
+    async def held(self, seconds: float, closing: asyncio.Event) -> bool:
+        """A hang before the answer; True when it ran out and the answer follows, False when
+        stop() was called (outcome "hang", the connection cut) or the client went away."""
+        result = await self.pause(seconds, closing)
+        if result == "closing":
+            self.rec.outcome = "hang"
+            await self.abort()
+            return False
+        if result == "gone":
+            self.rec.outcome = "client_gone"
+            return False
+        return True
+
+    async def stalled(self, seconds: float, closing: asyncio.Event) -> bool:
+        """A stall in the stream; True when it ran out and the stream goes on, False when the
+        stream ends here (stop() was called, or the client went away)."""
+        result = await self.pause(seconds, closing)
+        if result == "closing":
+            await self.abort()
+            return False
+        if result == "gone":
+            self.rec.outcome = "client_gone"
+            return False
+        self.rec.outcome = "reply"
+        return True
+
+    async def send_paced(
+        self, frame: bytes, delay: float, closing: asyncio.Event, *, more: bool = True
+    ) -> bool:
+        """Send one frame, then wait `delay` unless it was the last; False when the stream must
+        end here (the client went away, or stop() was called)."""
+        await self.send_frame(frame, more=more)
+        transport = self.transport
+        if transport is not None and transport.is_closing():
+            self.rec.outcome = "client_gone"
+            return False
+        if delay > 0 and more:
+            try:
+                await asyncio.wait_for(closing.wait(), delay)
+            except TimeoutError:
+                return True
+            await self.abort()
+            return False
+        await asyncio.sleep(0)
+        return True
+
     async def abort(self) -> None:
         await abort(self.scope, self.receive)

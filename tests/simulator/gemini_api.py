@@ -225,11 +225,7 @@ class GeminiAPI:
         if isinstance(behaviour, Fail):
             await exchange.send_fail(behaviour, outcome="fail")
         elif isinstance(behaviour, Hang):
-            result = await exchange.pause(behaviour.seconds, self._closing())
-            if result != "timeout":
-                turn.rec.outcome = "hang" if result == "closing" else "client_gone"
-                if result == "closing":
-                    await exchange.abort()
+            if not await exchange.held(behaviour.seconds, self._closing()):
                 return
             then = behaviour.then or default_reply(turn.chat)
             await self._perform(then, turn)

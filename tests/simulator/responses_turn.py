@@ -87,13 +87,7 @@ async def _hang(hang: Hang, turn: ResponsesTurn) -> None:
         reply = await _reply_for(hang.then, turn)
         await _stream(turn, reply, stop_at=hang.after_chunks, mode="hang", hang_s=hang.seconds)
         return
-    result = await turn.exchange.pause(hang.seconds, turn.closing)
-    if result == "closing":
-        turn.exchange.rec.outcome = "hang"
-        await turn.exchange.abort()
-        return
-    if result == "gone":
-        turn.exchange.rec.outcome = "client_gone"
+    if not await turn.exchange.held(hang.seconds, turn.closing):
         return
     then = hang.then if hang.then is not None else await turn.respond()
     await perform(then if not isinstance(then, Hang) else Reply(content="ok"), turn)
@@ -145,31 +139,9 @@ async def _interrupt(
         await exchange.send_frame(encode(event), more=True)
         await exchange.send_frame(b"", more=False)
         return False
-    result = await exchange.pause(hang_s, turn.closing)
-    if result == "closing":
-        await exchange.abort()
-        return False
-    if result == "gone":
-        exchange.rec.outcome = "client_gone"
-        return False
-    exchange.rec.outcome = "reply"
-    return True
+    return await exchange.stalled(hang_s, turn.closing)
 
 
 async def _send(turn: ResponsesTurn, event: Event, delay: float) -> bool:
     """Send one event and wait ``delay``; False when the stream must end here."""
-    exchange = turn.exchange
-    await exchange.send_frame(encode(event), more=True)
-    transport = exchange.transport
-    if transport is not None and transport.is_closing():
-        exchange.rec.outcome = "client_gone"
-        return False
-    if delay > 0:
-        try:
-            await asyncio.wait_for(turn.closing.wait(), delay)
-        except TimeoutError:
-            return True
-        await exchange.abort()
-        return False
-    await asyncio.sleep(0)
-    return True
+    return await turn.exchange.send_paced(encode(event), delay, turn.closing)

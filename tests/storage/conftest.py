@@ -7,22 +7,9 @@ import os
 from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy import text
 
 from storage import SessionStore
-from storage.database.db import Database
-from tests.storage.factories import FakeClock
-
-PG_ENV = "CTXGATE_TEST_PG_URL"
-
-
-async def _reset_postgres(url: str) -> None:
-    db = Database.connect(url)
-    try:
-        await db.write(lambda conn: conn.execute(text("DROP SCHEMA public CASCADE")))
-        await db.write(lambda conn: conn.execute(text("CREATE SCHEMA public")))
-    finally:
-        await db.dispose()
+from tests.storage.factories import PG_ENV, FakeClock, reset_postgres
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -32,7 +19,7 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) 
     url = os.environ.get(PG_ENV)
     if not url:
         pytest.skip(f"{PG_ENV} not set (scripts/pg-test-server.sh starts a server)")
-    await _reset_postgres(url)
+    await reset_postgres(url)
     return url
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import func, make_url, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from storage import CompressionCommit, EventRecord, SessionKey, codec
 from storage.database.db import Database
@@ -15,6 +18,39 @@ from storage.database.tables import checkpoints, metadata
 from storage.rows import sessions as sessions_module
 
 T0 = 1_700_000_000.0
+PG_ENV = "CTXGATE_TEST_PG_URL"
+
+
+async def reset_postgres(url: str) -> None:
+    """Empty the PostgreSQL test server's schema (its database is shared by every test)."""
+    db = Database.connect(url)
+    try:
+        await db.write(lambda conn: conn.execute(text("DROP SCHEMA public CASCADE")))
+        await db.write(lambda conn: conn.execute(text("CREATE SCHEMA public")))
+    finally:
+        await db.dispose()
+
+
+@contextlib.contextmanager
+def own_database(url: str, prefix: str) -> Iterator[str]:
+    """A fresh database on the PostgreSQL server of `url`, named `prefix` and a random tail,
+    for tests whose work reaches every row (a sweep, a shared stack); dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    server = make_url(url)
+
+    async def run(statement: str) -> None:
+        engine = create_async_engine(server, isolation_level="AUTOCOMMIT")
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(text(statement))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run(f"CREATE DATABASE {name}"))
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(run(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
 class FakeClock:

@@ -2,8 +2,8 @@
 
 import dataclasses
 
-from storage import SessionKey, SessionStore, UsageRecord
-from tests.storage.factories import FakeClock
+from storage import PROMPT_TOKENS_PENDING, SessionKey, SessionStore, UsageRecord
+from tests.storage.factories import FakeClock, chain_digests, commit, history
 
 SK = SessionKey("scope-a", "cached")
 
@@ -45,3 +45,53 @@ async def test_no_cache_reads_the_database_every_time(sqlite_url: str, clock: Fa
     finally:
         await writer.close()
         await reader.close()
+
+
+async def test_a_row_read_back_shows_the_usage_still_in_the_write_behind(
+    store_url: str, clock: FakeClock
+) -> None:
+    """Another write drops the session's copy while its usage lingers in the write-behind:
+    the row read back from the database is brought up to that usage, as the copy was, and
+    once the usage is written it is counted once."""
+    for cache_s in (3600.0, 0.0):
+        sk = SessionKey("scope-a", f"lingering-{cache_s:g}")
+        store = await SessionStore.open(
+            store_url, clock=clock, session_cache_s=cache_s, linger_s=60
+        )
+        plain = await SessionStore.open(store_url, clock=clock)
+        try:
+            await store.save_engine_state(sk, {"strikes": 0})
+            assert await store.get_session(sk) is not None  # the copy, where there is one
+            store.record_usage_later(UsageRecord(sk, "gpt-test", 6500, 7, 12, at=clock() + 1))
+            await store.save_engine_state(sk, {"strikes": 1})  # drops the copy
+            lingering = await store.get_session(sk)
+            assert lingering is not None and lingering.engine_state == {"strikes": 1}
+            assert (lingering.last_prompt_tokens, lingering.last_message_count) == (6500, 12)
+            assert lingering.request_count == 1
+            await store.flush()
+            written = await store.get_session(sk)
+            assert _comparable(written) == _comparable(await plain.get_session(sk))
+            assert written is not None and written.request_count == 1
+        finally:
+            await store.close()
+            await plain.close()
+
+
+async def test_usage_older_than_a_compression_does_not_hide_its_pending_figure(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    """A compression after the usage marks the real figure pending; the usage still in the
+    write-behind must not read back as the newest figure (the database would not store it so)."""
+    sk = SessionKey("scope-a", "compressed")
+    store = await SessionStore.open(sqlite_url, clock=clock, session_cache_s=3600, linger_s=60)
+    try:
+        messages = history(6)
+        await store.save_engine_state(sk, {})
+        store.record_usage_later(UsageRecord(sk, "gpt-test", 6500, 7, 6, at=clock()))
+        clock.advance(1)
+        await store.commit_compression(commit(sk, chain_digests(messages), 4))
+        row = await store.get_session(sk)
+        assert row is not None and row.last_prompt_tokens == PROMPT_TOKENS_PENDING
+        assert row.request_count == 1
+    finally:
+        await store.close()

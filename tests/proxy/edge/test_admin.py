@@ -65,11 +65,7 @@ def grow_compressed(sim: Simulator, proxy: ProxyServer, session_id: str = SESSIO
     """An agent conversation driven until ctxgate has compressed it, then two turns more."""
     loop = AgentLoop(client(proxy), MODEL, session_id=session_id)
     loop.script(sim)
-    step = 0
-    while "true" not in loop.compressed_headers[:-2]:
-        assert step < 80, "ctxgate never compressed the conversation"
-        loop.step(step)
-        step += 1
+    loop.past_compression()
     flushed(proxy)
     return loop
 

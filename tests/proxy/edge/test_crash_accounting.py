@@ -16,19 +16,23 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
-import yaml
 
-from tests.deploy.test_crash import query
-from tests.deploy.test_replicas import MODEL, PG_ENV, WINDOW
-from tests.proxy.edge.test_workers import Workers, chat
+from tests.serving import (
+    MODEL,
+    WINDOW,
+    ServeProcess,
+    chat,
+    database_fixture,
+    query,
+    workers_fixture,
+    write_config,
+)
 from tests.simulator import ModelSpec, Simulator
 from tests.simulator.fixtures import simulator_fixture
 
@@ -36,38 +40,12 @@ RATE = 50.0  # requests per second
 BEFORE_KILL_S = 2.0
 AFTER_KILL_S = 1.0
 LAST_S = 0.1  # what may go unaccounted: the answers of the last 100 ms before the kill
+KEPT = {"retention": {"session_idle_days": 0}}
 
 sim = simulator_fixture({MODEL: ModelSpec(window=WINDOW)}, chunk_delay_s=0.0)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path}/shared.db"
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"{PG_ENV} not set (scripts/pg-test-server.sh starts a server)")
-    return url
-
-
-@pytest.fixture
-def served(sim: Simulator, db_url: str, tmp_path: Path) -> Iterator[Workers]:
-    config = {
-        "upstreams": {"sim": {"base_url": sim.base_url, "api_key": "sk-up"}},
-        "models": [{"match": "*", "upstream": "sim", "context_length": WINDOW}],
-        "storage": {"url": db_url, "retention": {"session_idle_days": 0}},
-        "compression": {"background": False},
-        "logging": {"level": "warning", "json": False},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    # The working directory holds PostgreSQL's journals (storage.store.journal_directory).
-    workers = Workers(path, tmp_path / "ctxgate.log", cwd=tmp_path)
-    try:
-        yield workers
-    finally:
-        if workers.process.poll() is None:
-            workers.stop()
+db_url = database_fixture(both=True)
+# The working directory holds PostgreSQL's journals (storage.replay.journal_directory).
+served = workers_fixture(journals_here=True, clean=False, storage=KEPT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +125,7 @@ def accounted(url: str, prefix: str) -> dict[str, dict[str, int]]:
 
 
 def test_kill9_of_a_worker_under_load_loses_no_accounting(
-    served: Workers, sim: Simulator, db_url: str, tmp_path: Path
+    served: ServeProcess, sim: Simulator, db_url: str, tmp_path: Path
 ) -> None:
     prefix = f"crash-{uuid.uuid4().hex[:8]}"  # PostgreSQL's database is shared
     victim = min(served.pids)
@@ -200,16 +178,8 @@ def test_a_replica_killed_and_started_again_accounts_every_answer(
     """One process per replica (as behind HAProxy): the killed replica's own next start
     replays what it had not written, however soon after its answers it died."""
     prefix = f"replica-{uuid.uuid4().hex[:8]}"
-    config = {
-        "upstreams": {"sim": {"base_url": sim.base_url, "api_key": "sk-up"}},
-        "models": [{"match": "*", "upstream": "sim", "context_length": WINDOW}],
-        "storage": {"url": db_url, "retention": {"session_idle_days": 0}},
-        "compression": {"background": False},
-        "logging": {"level": "warning", "json": False},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    replica = Workers(path, tmp_path / "first.log", workers=1, cwd=tmp_path)
+    path = write_config(tmp_path, sim.base_url, db_url, storage=KEPT)
+    replica = ServeProcess(path, log=tmp_path / "first.log", workers=1, cwd=tmp_path)
     load = Load(replica.root, prefix)
     with httpx.Client(timeout=30) as http:
         for n in range(15):
@@ -218,10 +188,9 @@ def test_a_replica_killed_and_started_again_accounts_every_answer(
     # of answers, so the kill comes that long after the last one (every answer is still
     # queued in the write-behind then: its linger is 0.5 s).
     time.sleep(LAST_S)
-    os.kill(replica.process.pid, signal.SIGKILL)
-    replica.process.wait()
+    replica.kill()
 
-    again = Workers(path, tmp_path / "second.log", workers=1, cwd=tmp_path)
+    again = ServeProcess(path, log=tmp_path / "second.log", workers=1, cwd=tmp_path)
     # uvicorn ends a lone server stopped by SIGTERM with the signal, once it has shut down.
     assert again.stop() in (0, -signal.SIGTERM), again.output()
     assert "Traceback" not in again.output(), again.output()

@@ -22,8 +22,8 @@ from urllib.parse import quote
 import httpx
 import openai
 import pytest
-from sqlalchemy import URL, inspect, make_url, text
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy import inspect, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from session.identity import scope_for
 from storage import RetentionPolicy, Sweeper
@@ -32,6 +32,7 @@ from storage.database.tables import metadata
 from tests.proxy.agent_loop import AgentLoop
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Simulator
+from tests.storage.factories import own_database
 
 PG_ENV = "CTXGATE_TEST_PG_URL"
 ADMIN = {"Authorization": "Bearer adm"}
@@ -47,25 +48,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if not url:
         pytest.skip(f"{PG_ENV} not set (scripts/pg-test-server.sh starts a server)")
     # A database of its own: the sweep deletes whatever is idle, other tests' sessions too.
-    name = f"ctxgate_deletion_{uuid.uuid4().hex[:12]}"
-    server = make_url(url)
-    admin_db(server, f"CREATE DATABASE {name}")
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        admin_db(server, f"DROP DATABASE {name} WITH (FORCE)")
-
-
-def admin_db(server: URL, statement: str) -> None:
-    async def run() -> None:
-        engine = create_async_engine(server, isolation_level="AUTOCOMMIT")
-        try:
-            async with engine.connect() as conn:
-                await conn.execute(text(statement))
-        finally:
-            await engine.dispose()
-
-    asyncio.run(run())
+    with own_database(url, "ctxgate_deletion") as own:
+        yield own
 
 
 @pytest.fixture
@@ -118,11 +102,7 @@ def converse(sim: Simulator, proxy: ProxyServer, api_key: str, session: str) -> 
     client = openai.OpenAI(base_url=proxy.base_url, api_key=api_key, max_retries=0)
     loop = AgentLoop(client, MODEL, session_id=session)
     loop.script(sim)
-    step = 0
-    while "true" not in loop.compressed_headers[:-2]:
-        assert step < 80, "ctxgate never compressed the conversation"
-        loop.step(step)
-        step += 1
+    loop.past_compression()
 
 
 def ask(proxy: ProxyServer, api_key: str, session: str) -> None:

@@ -3,166 +3,53 @@ port, in front of the simulator, sharing one SQLite file.
 
 A client's keep-alive connection stays with the worker that accepted it, and `/healthz` names
 that worker's pid, so a test can tell which worker served a request and can pin a client to a
-worker of its choice.
+worker of its choice. A draining server finishes what it has and refuses new connections.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
-import yaml
 
 from compression import check_invariants
 from proxy.config_file import SettingsError, parse_settings, worker_count
 from proxy.edge.cli import main
-from tests.deploy.test_crash import check_consistent, query
-from tests.deploy.test_replicas import MODEL, PG_ENV, WINDOW, history_over_threshold
-from tests.servers import free_port
+from tests.serving import (
+    MODEL,
+    WINDOW,
+    ServeProcess,
+    chat,
+    check_consistent,
+    database_fixture,
+    history_over_threshold,
+    parent_of,
+    query,
+    worker_of,
+    workers_fixture,
+    write_config,
+)
 from tests.simulator import Hang, ModelSpec, Reply, Simulator
 from tests.simulator.fixtures import simulator_fixture
-
-
-class Workers:
-    """`ctxgate serve --workers N` in its own process (the supervisor)."""
-
-    def __init__(self, config: Path, log: Path, workers: int = 2, cwd: Path | None = None) -> None:
-        self.port = free_port()
-        self.root = f"http://127.0.0.1:{self.port}"
-        self.base_url = f"{self.root}/v1"
-        self.log = log
-        argv = [sys.executable, "-m", "proxy.edge.cli", "serve", "--config", str(config)]
-        argv += ["--port", str(self.port), "--workers", str(workers)]
-        with log.open("wb") as out:
-            self.process = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=_importable()
-            )
-        try:
-            self.pids = self.wait_for_pids(workers)
-        except BaseException:
-            self.process.kill()  # its workers follow it within a second
-            self.process.wait()
-            raise
-
-    def wait_for_pids(self, count: int, timeout: float = 60) -> set[int]:
-        """The pids of `count` workers answering, each found on a fresh connection."""
-        seen: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while len(seen) < count:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"workers did not start: {self.log.read_text()}")
-            try:
-                with httpx.Client(timeout=5) as http:
-                    seen.add(http.get(f"{self.root}/healthz").json()["pid"])
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        return seen
-
-    def pinned(self, pid: int) -> httpx.Client:
-        """A client whose one connection was accepted by worker `pid`."""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            http = httpx.Client(limits=httpx.Limits(max_connections=1), timeout=60)
-            if worker_of(http, self.root) == pid:
-                return http
-            http.close()
-        raise AssertionError(f"no connection reached worker {pid}")
-
-    def requests_counted(self) -> float:
-        """`ctxgate_requests_total` summed over its status labels, as /metrics reports it."""
-        with httpx.Client() as http:
-            text = http.get(f"{self.root}/metrics").text
-        counts = re.findall(r"^ctxgate_requests_total\{[^}]*\} (\S+)$", text, re.M)
-        return sum(float(c) for c in counts)
-
-    def stop(self, timeout: float = 40) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def _importable() -> dict[str, str]:
-    """The environment, with this checkout importable from another working directory."""
-    root = str(Path(__file__).resolve().parents[3])
-    path = os.environ.get("PYTHONPATH", "")
-    return os.environ | {"PYTHONPATH": f"{root}{os.pathsep}{path}" if path else root}
-
-
-def worker_of(http: httpx.Client, root: str) -> int:
-    pid: int = http.get(f"{root}/healthz").json()["pid"]
-    return pid
-
-
-def parent_of(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
 
 sim = simulator_fixture(
     {MODEL: ModelSpec(window=WINDOW)}, validate_messages=True, chunk_delay_s=0.0
 )
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if getattr(request, "param", "sqlite") == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path}/shared.db"
-    url = os.environ.get(PG_ENV)
-    if not url:
-        pytest.skip(f"{PG_ENV} not set (scripts/pg-test-server.sh starts a server)")
-    return url
-
-
-@pytest.fixture
-def served(sim: Simulator, db_url: str, tmp_path: Path) -> Iterator[Workers]:
-    config = {
-        "upstreams": {"sim": {"base_url": sim.base_url, "api_key": "sk-up"}},
-        "models": [{"match": "*", "upstream": "sim", "context_length": WINDOW}],
-        "storage": {"url": db_url, "lock_wait_s": 30},
-        "compression": {"background": False},
-        "logging": {"level": "warning", "json": False},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    workers = Workers(path, tmp_path / "ctxgate.log")
-    try:
-        yield workers
-    finally:
-        code = workers.stop()
-        assert "Traceback" not in workers.output(), workers.output()
-        assert code == 0, workers.output()
-
-
-def chat(http: httpx.Client, base_url: str, messages: list[dict[str, Any]], session: str) -> Any:
-    client = openai.OpenAI(base_url=base_url, api_key="sk-team", max_retries=0, http_client=http)
-    return client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=messages, extra_headers={"X-Session-Id": session}
-    )  # type: ignore[arg-type]
+db_url = database_fixture()
+served = workers_fixture(storage={"lock_wait_s": 30})
 
 
 def test_requests_are_served_by_both_workers_and_metrics_count_them_all(
-    served: Workers, sim: Simulator
+    served: ServeProcess, sim: Simulator
 ) -> None:
     supervisor = served.process.pid
     assert len(served.pids) == 2 and supervisor not in served.pids
@@ -188,7 +75,7 @@ def test_requests_are_served_by_both_workers_and_metrics_count_them_all(
     "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
 )
 def test_one_session_through_both_workers_compresses_once(
-    served: Workers, sim: Simulator, db_url: str
+    served: ServeProcess, sim: Simulator, db_url: str
 ) -> None:
     a, b = (served.pinned(pid) for pid in sorted(served.pids))
     session = f"across-workers-{uuid.uuid4().hex[:8]}"  # PostgreSQL's database is shared
@@ -238,30 +125,41 @@ def test_one_session_through_both_workers_compresses_once(
         check_consistent(db_url)  # usage rows match the counters; every checkpoint is valid
 
 
-def test_sigterm_lets_the_request_in_flight_finish(served: Workers, sim: Simulator) -> None:
-    sim.enqueue(Hang(seconds=2.0, then=Reply(content="the slow answer")))
-    http = httpx.Client(timeout=60)
-    result: dict[str, Any] = {}
+class InFlight:
+    """One request held upstream for `seconds` before its answer, asked from a thread of its
+    own on a connection of its own; returns once the upstream holds it."""
 
-    def ask() -> None:
+    def __init__(self, served: ServeProcess, sim: Simulator, seconds: float) -> None:
+        sim.enqueue(Hang(seconds=seconds, then=Reply(content="the slow answer")))
+        self.http = httpx.Client(timeout=60)
+        self.answer: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._ask, args=(served.base_url,))
+        self.thread.start()
+        sim.wait_for(1, timeout=30)
+
+    def _ask(self, base_url: str) -> None:
+        messages = [{"role": "user", "content": "take your time"}]
         try:
-            result["answer"] = chat(
-                http, served.base_url, [{"role": "user", "content": "take your time"}], "slow"
-            )
+            self.answer = chat(self.http, base_url, messages, "slow")
         except BaseException as exc:
-            result["error"] = exc
+            self.error = exc
 
-    thread = threading.Thread(target=ask)
-    thread.start()
-    sim.wait_for(1, timeout=30)  # the request is upstream, held there for 2 s
+    def finished(self) -> str:
+        """The answer's text, once it came whole (a failure raises)."""
+        self.thread.join(60)
+        self.http.close()
+        assert self.error is None, self.error
+        assert self.answer.http_response.status_code == 200
+        text: str = self.answer.parse().choices[0].message.content
+        return text
+
+
+def test_sigterm_lets_the_request_in_flight_finish(served: ServeProcess, sim: Simulator) -> None:
+    slow = InFlight(served, sim, seconds=2.0)
     stopped_at = time.monotonic()
     served.process.send_signal(signal.SIGTERM)
-    thread.join(60)
-    http.close()
-    assert "error" not in result, result
-    answer = result["answer"]
-    assert answer.http_response.status_code == 200
-    assert answer.parse().choices[0].message.content == "the slow answer"
+    assert slow.finished() == "the slow answer"
     assert served.stop() == 0
     assert time.monotonic() - stopped_at < 15
     # Stopped: nobody listens on the port any more.
@@ -269,8 +167,41 @@ def test_sigterm_lets_the_request_in_flight_finish(served: Workers, sim: Simulat
         httpx.get(f"{served.root}/healthz", timeout=2)
 
 
+def _refused(port: int) -> bool:
+    """Whether a new connection to `port` is refused (True) or accepted (False)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+def test_a_draining_server_refuses_new_connections_at_once(
+    served: ServeProcess, sim: Simulator
+) -> None:
+    """While a request in flight finishes, a new connection is refused at once (a balancer's
+    health check then fails fast instead of waiting on a socket nobody accepts from)."""
+    slow = InFlight(served, sim, seconds=5.0)
+    assert not _refused(served.port)
+    served.process.send_signal(signal.SIGTERM)
+    stopped_at = time.monotonic()
+    refused_after: float | None = None
+    while time.monotonic() - stopped_at < 2.0:
+        if _refused(served.port):
+            refused_after = time.monotonic() - stopped_at
+            break
+        time.sleep(0.05)
+    draining = slow.thread.is_alive()
+    answer = slow.finished()  # the request in flight still finished
+    assert refused_after is not None, "new connections were still accepted 2 s into the drain"
+    print(f"\nnew connections refused {refused_after:.2f}s into the drain")
+    assert draining, "the drain was over before the check: it proves nothing"
+    assert answer == "the slow answer"
+    assert served.stop() == 0
+
+
 def test_a_worker_that_dies_is_replaced_and_its_counts_kept(
-    served: Workers, sim: Simulator
+    served: ServeProcess, sim: Simulator
 ) -> None:
     victim = min(served.pids)
     with closing(served.pinned(victim)) as http:
@@ -302,50 +233,26 @@ def test_a_worker_that_dies_is_replaced_and_its_counts_kept(
 
 
 def test_a_worker_that_cannot_start_stops_the_server(sim: Simulator, tmp_path: Path) -> None:
-    config = {
-        "upstreams": {"sim": {"base_url": sim.base_url}},
-        "models": [{"match": "*", "upstream": "sim"}],
-        # Nothing listens on port 1: the workers' start-up cannot open the database.
-        "storage": {"url": "postgresql+asyncpg://ctxgate:x@127.0.0.1:1/ctxgate"},
-        "logging": {"level": "warning", "json": False},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    argv = [sys.executable, "-m", "proxy.edge.cli", "serve", "--config", str(path)]
-    argv += ["--port", str(free_port()), "--workers", "2"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=90)
-    assert done.returncode == 3, done.stderr
-    assert "failed to start; stopping ctxgate" in done.stderr
+    # Nothing listens on port 1: the workers' start-up cannot open the database.
+    path = write_config(
+        tmp_path, sim.base_url, "postgresql+asyncpg://ctxgate:x@127.0.0.1:1/ctxgate"
+    )
+    served = ServeProcess(path, log=tmp_path / "ctxgate.log", workers=2, wait=False)
+    assert served.process.wait(90) == 3, served.output()
+    assert "failed to start; stopping ctxgate" in served.output()
 
 
 def test_one_worker_is_one_process_without_a_supervisor(sim: Simulator, tmp_path: Path) -> None:
-    config = {
-        "upstreams": {"sim": {"base_url": sim.base_url, "api_key": "sk-up"}},
-        "models": [{"match": "*", "upstream": "sim"}],
-        "storage": {"url": f"sqlite+aiosqlite:///{tmp_path}/one.db"},
-        "server": {"workers": 1},
-        "logging": {"level": "warning", "json": False},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    port = free_port()
-    argv = [sys.executable, "-m", "proxy.edge.cli", "serve", "--config", str(path)]
-    process = subprocess.Popen([*argv, "--port", str(port)], stderr=subprocess.DEVNULL)
+    path = write_config(
+        tmp_path, sim.base_url, f"sqlite+aiosqlite:///{tmp_path}/one.db", server={"workers": 1}
+    )
+    served = ServeProcess(path, log=tmp_path / "ctxgate.log")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                pid = httpx.get(f"http://127.0.0.1:{port}/healthz").json()["pid"]
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
-        assert pid == process.pid
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert served.pids == {served.process.pid}
+        metrics = httpx.get(f"{served.root}/metrics").text
         assert "ctxgate_active_sessions " in metrics and "_created" in metrics  # in memory
     finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
+        served.stop(30)
 
 
 def test_worker_counts_from_the_config_and_the_command_line() -> None:

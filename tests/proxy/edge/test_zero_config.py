@@ -10,8 +10,7 @@ import os
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -23,6 +22,7 @@ from proxy.config_file import load_settings, parse_settings
 from proxy.edge.commands.serve import Origins, reaches, self_pointing, startup_lines
 from session.config.environment import PROVIDERS, zero_config_document
 from tests.servers import free_port
+from tests.serving import ServeProcess
 from tests.simulator import Simulator
 from tests.simulator.endpoints import presented_key
 from tests.simulator.fixtures import sim as sim
@@ -38,61 +38,25 @@ def clean_environ(**extra: str) -> dict[str, str]:
     return {**environ, **extra}
 
 
-class Served:
-    """`ctxgate serve` (no `--config`) in its own process, in a scratch directory."""
-
-    def __init__(self, cwd: Path, environ: Mapping[str, str], port: int) -> None:
-        self.port = port
-        self.root = f"http://127.0.0.1:{port}"
-        self.log = cwd / "serve.log"
-        argv = [sys.executable, "-m", "proxy.edge.cli", "serve", "--port", str(port)]
-        env = {**environ, "PYTHONPATH": str(Path(__file__).parents[3])}
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ctxgate serve did not start: {self.output()}")
-            try:
-                if httpx.get(f"{self.root}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
 @pytest.fixture
-def served(tmp_path: Path, sim: Simulator) -> Iterator[Served]:
+def served(tmp_path: Path, sim: Simulator) -> Iterator[ServeProcess]:
     environ = clean_environ(
         OPENAI_BASE_URL=sim.base_url,
         ANTHROPIC_BASE_URL=sim.url,  # as Anthropic's SDK takes it: no /v1
         GOOGLE_GEMINI_BASE_URL=sim.url,  # as Gemini CLI takes it: no /v1beta
         OPENAI_API_KEY="sk-server-openai",
     )
-    server = Served(tmp_path, environ, free_port())
+    # No `--config`, in a scratch directory.
+    server = ServeProcess(log=tmp_path / "serve.log", cwd=tmp_path, env=environ)
     try:
-        server.wait_ready()
         yield server
     finally:
-        server.stop()
+        server.stop(30)
 
 
-def test_every_api_reaches_its_provider_with_no_config_file(served: Served, sim: Simulator) -> None:
+def test_every_api_reaches_its_provider_with_no_config_file(
+    served: ServeProcess, sim: Simulator
+) -> None:
     with openai.OpenAI(base_url=f"{served.root}/v1", api_key="sk-client", max_retries=0) as oa:
         chat = oa.chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "hi"}]

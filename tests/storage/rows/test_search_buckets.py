@@ -19,8 +19,7 @@ from storage.database.db import Database
 from storage.database.tables import sessions
 from storage.rows import search
 from storage.rows.terms import search_terms
-from tests.storage.conftest import PG_ENV, _reset_postgres
-from tests.storage.factories import chain_digests, commit, history
+from tests.storage.factories import PG_ENV, chain_digests, commit, history, reset_postgres
 
 pytestmark = pytest.mark.postgres
 
@@ -35,7 +34,7 @@ async def pg_url() -> str:
     url = os.environ.get(PG_ENV)
     if not url:
         pytest.skip(f"{PG_ENV} not set (scripts/pg-test-server.sh starts a server)")
-    await _reset_postgres(url)
+    await reset_postgres(url)
     return url
 
 

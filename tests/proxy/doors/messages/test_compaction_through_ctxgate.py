@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from proxy.edge.app import create_app
+from tests.proxy.doors.messages.answers import accumulate
 from tests.servers import Recorder, ThreadedServer, settings_for
 from tests.simulator import ModelSpec, Simulator
 from tests.simulator.agent import ScriptedAgent
@@ -71,36 +72,6 @@ def client_of(server: ThreadedServer) -> anthropic.Anthropic:
 
 def forwarded(sim: Simulator) -> list[Any]:
     return [r for r in sim.received if r.path.endswith("/messages") and not r.is_summary]
-
-
-def accumulate(lines: Iterator[str]) -> dict[str, Any]:
-    """A streamed answer put together the way a client does (compaction deltas included)."""
-    message: dict[str, Any] = {}
-    blocks: list[dict[str, Any]] = []
-    partial: dict[int, str] = {}
-    for line in lines:
-        if not line.startswith("data:"):
-            continue
-        event = json.loads(line[5:])
-        kind = event["type"]
-        if kind == "message_start":
-            message = event["message"]
-        elif kind == "content_block_start":
-            blocks.append(dict(event["content_block"]))
-        elif kind == "content_block_delta":
-            delta, block = event["delta"], blocks[event["index"]]
-            if delta["type"] == "text_delta":
-                block["text"] = block.get("text", "") + delta["text"]
-            elif delta["type"] == "compaction_delta":
-                block["content"] = delta["content"]
-            elif delta["type"] == "input_json_delta":
-                partial[event["index"]] = partial.get(event["index"], "") + delta["partial_json"]
-        elif kind == "message_delta":
-            message["stop_reason"] = event["delta"]["stop_reason"]
-    for index, text in partial.items():
-        blocks[index]["input"] = json.loads(text) if text else {}
-    message["content"] = blocks
-    return message
 
 
 def output(call: dict[str, Any], lines: int = 40) -> str:

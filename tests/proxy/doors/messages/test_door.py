@@ -11,6 +11,7 @@ import anthropic
 import httpx
 import pytest
 
+from tests.proxy.doors.messages.answers import accumulate
 from tests.servers import ProxyServer, settings_for
 from tests.simulator import Disconnect, ModelSpec, Reply, Simulator, StreamError
 from tests.simulator.agent import ScriptedAgent
@@ -170,7 +171,7 @@ class Agent:
         if self.stream:
             with self.client.messages.with_streaming_response.create(stream=True, **kwargs) as raw:
                 self.checkpoints.append(raw.headers.get("x-ctxgate-checkpoint", ""))
-                message = self._accumulate(raw)
+                message = accumulate(raw.iter_lines())
         else:
             raw = self.client.messages.with_raw_response.create(**kwargs)
             self.checkpoints.append(raw.headers.get("x-ctxgate-checkpoint", ""))
@@ -201,40 +202,6 @@ class Agent:
             blocks = [{"type": "text", "text": blocks}]
         last["content"] = [*blocks[:-1], {**blocks[-1], "cache_control": {"type": "ephemeral"}}]
         return out
-
-    def _accumulate(self, raw: Any) -> dict[str, Any]:
-        message: dict[str, Any] = {}
-        blocks: list[dict[str, Any]] = []
-        partial: dict[int, str] = {}
-        for line in raw.iter_lines():
-            if not line.startswith("data:"):
-                continue
-            event = json.loads(line[5:])
-            kind = event["type"]
-            if kind == "message_start":
-                message = event["message"]
-            elif kind == "content_block_start":
-                blocks.append(dict(event["content_block"]))
-            elif kind == "content_block_delta":
-                delta, block = event["delta"], blocks[event["index"]]
-                if delta["type"] == "text_delta":
-                    block["text"] = block.get("text", "") + delta["text"]
-                elif delta["type"] == "thinking_delta":
-                    block["thinking"] = block.get("thinking", "") + delta["thinking"]
-                elif delta["type"] == "signature_delta":
-                    block["signature"] = delta["signature"]
-                elif delta["type"] == "input_json_delta":
-                    partial[event["index"]] = (
-                        partial.get(event["index"], "") + delta["partial_json"]
-                    )
-            elif kind == "message_delta":
-                message["usage"] = {**message["usage"], **event["usage"]}
-            elif kind == "error":
-                raise AssertionError(f"error event reached the client: {event}")
-        for index, text in partial.items():
-            blocks[index]["input"] = json.loads(text) if text else {}
-        message["content"] = blocks
-        return message
 
 
 def _output(call: dict[str, Any]) -> str:
