@@ -122,11 +122,17 @@ class _Tally:
         self.last[name] = max(self.last.get(name, -1), at)
 
 
-def working_set(messages: Sequence[Message], ops: Sequence[FileOp] | None = None) -> WorkingSet:
-    """The ranked working set of a conversation."""
+def working_set(
+    messages: Sequence[Message],
+    ops: Sequence[FileOp] | None = None,
+    observations: frozenset[int] | None = None,
+) -> WorkingSet:
+    """The ranked working set of a conversation (`observations`: its user messages that are
+    tool observations, when known already)."""
     ops = file_ops(messages) if ops is None else ops
     tally = _Tally()
-    observations = observation_indices(messages, 0, len(messages))
+    if observations is None:
+        observations = observation_indices(messages, 0, len(messages))
     newest = _newest_turn(messages)
     for at, message in enumerate(messages):
         _scan(tally, message, at, at in observations, at >= newest)

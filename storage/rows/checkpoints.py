@@ -12,7 +12,6 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import codec
-from storage.database.db import upsert
 from storage.database.inline import Executor
 from storage.database.tables import archived_messages, checkpoints
 from storage.database.tables import sessions as sessions_t
@@ -193,10 +192,7 @@ async def _archive(
 ) -> None:
     if not archived:
         return
-    a = archived_messages.c
-    stmt = upsert(conn, archived_messages).on_conflict_do_nothing(
-        index_elements=["session_id", "position", "digest"]
-    )
+    dialect = conn.dialect.name
     # Only the rows inserted now come back: a copy archived before is indexed already.
     # In batches, each serialised just before it is written: between them the event loop
     # serves other requests (one statement of 100,000 rows held it for seconds, serialising
@@ -204,25 +200,43 @@ async def _archive(
     new: list[tuple[int, Message]] = []
     for start in range(0, len(archived), ARCHIVE_BATCH):
         originals: dict[tuple[int, str], Message] = {}
-        rows: list[dict[str, Any]] = []
+        values: list[Any] = []
         for position, message in archived[start : start + ARCHIVE_BATCH]:
             # Sorted keys: the same message re-serialised by an SDK must dedupe.
             text = codec.dumps(message, sort_keys=True)
             digest = codec.digest(text)
             originals[(position, digest)] = message
-            rows.append(
-                {
-                    "session_id": session_id,
-                    "checkpoint_id": checkpoint_id,
-                    "position": position,
-                    "digest": digest,
-                    "message": text,
-                    "archived_at": now,
-                }
-            )
-        inserted = await conn.execute(stmt.returning(a.id, a.position, a.digest), rows)
-        new += [(int(r.id), originals[(r.position, r.digest)]) for r in inserted]
+            values += (session_id, checkpoint_id, position, digest, text, now)
+        sql = archive_insert(dialect, len(values) // len(ARCHIVE_COLUMNS))
+        inserted = await conn.exec_driver_sql(sql, tuple(values))
+        new += [(int(row_id), originals[(p, d)]) for row_id, p, d in inserted.tuples()]
     await search.index(conn, new)
+
+
+ARCHIVE_COLUMNS = ("session_id", "checkpoint_id", "position", "digest", "message", "archived_at")
+
+
+@functools.lru_cache(maxsize=8)
+def archive_insert(dialect: str, rows: int) -> str:
+    """One INSERT of `rows` archive rows, in the driver's own placeholders: its parameters
+    are the rows' values in `ARCHIVE_COLUMNS` order, one after the other. Only the rows it
+    inserts come back (id, position, digest); a copy archived before is left as it was.
+
+    SQLAlchemy's handling of each row's parameters cost more than the insert itself (about
+    2 s for 96,000 rows); a batch's values go to the driver as one flat tuple instead."""
+    width = len(ARCHIVE_COLUMNS)
+    if dialect == "postgresql":
+        groups = [
+            "(" + ", ".join(f"${row * width + column}" for column in range(1, width + 1)) + ")"
+            for row in range(rows)
+        ]
+    else:
+        groups = ["(" + ", ".join("?" * width) + ")"] * rows
+    return (
+        f"INSERT INTO {archived_messages.name} ({', '.join(ARCHIVE_COLUMNS)}) "
+        f"VALUES {', '.join(groups)} "
+        "ON CONFLICT (session_id, position, digest) DO NOTHING RETURNING id, position, digest"
+    )
 
 
 async def archived(conn: AsyncConnection, *session_ids: int) -> list[ArchivedMessage]:
