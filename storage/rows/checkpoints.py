@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from sqlalchemy import Row, Select, String, any_, bindparam, desc, func, select, update
@@ -209,7 +209,8 @@ async def _archive(
             values += (session_id, checkpoint_id, position, digest, text, now)
         sql = archive_insert(dialect, len(values) // len(ARCHIVE_COLUMNS))
         inserted = await conn.exec_driver_sql(sql, tuple(values))
-        new += [(int(row_id), originals[(p, d)]) for row_id, p, d in inserted.tuples()]
+        returned = cast(list[tuple[int, int, str]], inserted.all())  # id, position, digest
+        new += [(int(row_id), originals[(p, d)]) for row_id, p, d in returned]
     await search.index(conn, new)
 
 
