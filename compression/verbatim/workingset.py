@@ -182,19 +182,24 @@ def _scan(tally: _Tally, message: Message, at: int, observation: bool, newest: b
                 tally.add(path, SEEN, at)
         _names(tally, user_text(message), REQUESTED, at)
         return
-    if role == "user" and not observation:
-        _names(tally, content_text(message), REQUESTED, at)
     text = content_text(message)
+    tier = NEWEST if newest else SEEN
+    if role == "user" and not observation:
+        # The user's own words: what they name is asked for, and seen (found once).
+        _names(tally, text, REQUESTED, at, tier)
+        return
     if role == "assistant":
         text = "\n".join([text, *(call_parts(call)[1] or "" for call in tool_calls_of(message))])
-    _names(tally, text, NEWEST if newest else SEEN, at)
+    _names(tally, text, tier, at)
 
 
-def _names(tally: _Tally, text: str, tier: int, at: int) -> None:
+def _names(tally: _Tally, text: str, tier: int, at: int, also: int | None = None) -> None:
     for value in find_anchors(text):
         name = normal_path(value) if entity_kind(value) == "file" else value
         if name:
             tally.add(name, tier, at)
+            if also is not None:
+                tally.add(name, also, at)
 
 
 def _merge_files(tally: _Tally) -> None:
