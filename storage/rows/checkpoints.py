@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Sequence
 from typing import Any, cast
@@ -196,22 +197,51 @@ async def _archive(
     # Only the rows inserted now come back: a copy archived before is indexed already.
     # In batches, each serialised just before it is written: between them the event loop
     # serves other requests (one statement of 100,000 rows held it for seconds, serialising
-    # 9,000 rows at once for 100 ms).
-    new: list[tuple[int, Message]] = []
-    for start in range(0, len(archived), ARCHIVE_BATCH):
-        originals: dict[tuple[int, str], Message] = {}
-        values: list[Any] = []
-        for position, message in archived[start : start + ARCHIVE_BATCH]:
-            # Sorted keys: the same message re-serialised by an SDK must dedupe.
-            text = codec.dumps(message, sort_keys=True)
-            digest = codec.digest(text)
-            originals[(position, digest)] = message
-            values += (session_id, checkpoint_id, position, digest, text, now)
-        sql = archive_insert(dialect, len(values) // len(ARCHIVE_COLUMNS))
-        inserted = await conn.exec_driver_sql(sql, tuple(values))
-        returned = cast(list[tuple[int, int, str]], inserted.all())  # id, position, digest
-        new += [(int(row_id), originals[(p, d)]) for row_id, p, d in returned]
-    await search.index(conn, new)
+    # 9,000 rows at once for 100 ms). The search terms of each batch's new rows are read
+    # elsewhere while the next batches are written, and indexed after the last.
+    reading: list[asyncio.Future[list[search.IndexRow]]] = []
+    try:
+        for start in range(0, len(archived), ARCHIVE_BATCH):
+            new = await _archive_batch(
+                conn, session_id, checkpoint_id, archived[start : start + ARCHIVE_BATCH], now
+            )
+            if new:
+                reading.append(search.read_index_rows(dialect, new))
+        for future in reading:
+            await search.write_index(conn, await future)
+    finally:
+        _drop(reading)
+
+
+async def _archive_batch(
+    conn: AsyncConnection,
+    session_id: int,
+    checkpoint_id: int,
+    batch: Sequence[tuple[int, Message]],
+    now: float,
+) -> list[tuple[int, Message]]:
+    """Insert one batch of originals; the (row id, message) of those not archived before."""
+    originals: dict[tuple[int, str], Message] = {}
+    values: list[Any] = []
+    for position, message in batch:
+        # Sorted keys: the same message re-serialised by an SDK must dedupe.
+        text = codec.dumps(message, sort_keys=True)
+        digest = codec.digest(text)
+        originals[(position, digest)] = message
+        values += (session_id, checkpoint_id, position, digest, text, now)
+    sql = archive_insert(conn.dialect.name, len(values) // len(ARCHIVE_COLUMNS))
+    inserted = await conn.exec_driver_sql(sql, tuple(values))
+    returned = cast(list[tuple[int, int, str]], inserted.all())  # id, position, digest
+    return [(int(row_id), originals[(p, d)]) for row_id, p, d in returned]
+
+
+def _drop(futures: Sequence[asyncio.Future[Any]]) -> None:
+    """After a failed write: stop what is still reading, and take what failed."""
+    for future in futures:
+        if not future.done():
+            future.cancel()
+        elif not future.cancelled():
+            future.exception()
 
 
 ARCHIVE_COLUMNS = ("session_id", "checkpoint_id", "position", "digest", "message", "archived_at")

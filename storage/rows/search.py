@@ -195,13 +195,24 @@ def read_terms_with(offload: Offload | None) -> None:
 async def index(conn: AsyncConnection, rows: Sequence[tuple[int, Message]]) -> None:
     """Index newly archived rows: (archived_messages.id, message)."""
     if rows:
-        dialect = conn.dialect.name
-        # Reading a large archive's terms takes seconds of CPU: elsewhere (a worker process,
-        # else a thread), the event loop is not held up by all of it.
-        offload = _offload[0] if _offload else asyncio.to_thread
-        values = await offload(_index_rows, dialect, rows)
-        for start in range(0, len(values), INDEX_BATCH):  # the loop's turn between batches
-            await conn.exec_driver_sql(_insert(dialect), values[start : start + INDEX_BATCH])
+        await write_index(conn, await read_index_rows(conn.dialect.name, rows))
+
+
+def read_index_rows(
+    dialect: str, rows: Sequence[tuple[int, Message]]
+) -> asyncio.Future[list[IndexRow]]:
+    """The index rows of newly archived rows, read elsewhere: reading a large archive's terms
+    takes seconds of CPU, in a worker process (else a thread) the event loop is not held up
+    by it, and the caller goes on writing meanwhile."""
+    offload = _offload[0] if _offload else asyncio.to_thread
+    return asyncio.ensure_future(offload(_index_rows, dialect, rows))
+
+
+async def write_index(conn: AsyncConnection, values: Sequence[IndexRow]) -> None:
+    """Write index rows of `read_index_rows` (in the transaction that archived their rows)."""
+    statement = _insert(conn.dialect.name)
+    for start in range(0, len(values), INDEX_BATCH):  # the loop's turn between batches
+        await conn.exec_driver_sql(statement, list(values[start : start + INDEX_BATCH]))
 
 
 async def search(
