@@ -97,13 +97,15 @@ def anchor_candidates(
             if parsed is not None:
                 _add_handoff(collector, parsed.handoff)
             collector.scan(USER_TIER, user_text(message))
-        elif role == "user":
-            tier = TOOLS_TIER if index in observations else USER_TIER
-            collector.scan(tier, content_text(message))
-        elif role == "tool":
-            collector.scan(TOOLS_TIER, content_text(message))
         else:
-            collector.scan(AGENT_TIER, _text(message))
+            if role == "user":
+                tier = TOOLS_TIER if index in observations else USER_TIER
+            else:
+                tier = TOOLS_TIER if role == "tool" else AGENT_TIER
+            # A full tier reads no more (its text is not even put together).
+            if collector.wants(tier):
+                text = _text(message) if tier == AGENT_TIER else content_text(message)
+                collector.scan(tier, text)
     return collector
 
 
