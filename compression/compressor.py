@@ -61,6 +61,7 @@ from compression.summary.middle import MiddleSummary, summarize_middle
 from compression.thresholds import Limits, limits_for
 from compression.verbatim.carry import carry_need, carry_section
 from compression.verbatim.fileops import FileOp, file_ops
+from compression.verbatim.observations import observation_indices
 from compression.verbatim.pins import PinPlan, find_pins, plan_pins
 from compression.verbatim.preamble import fixed_end
 from compression.verbatim.reads import (
@@ -71,6 +72,7 @@ from compression.verbatim.reads import (
     select_files,
 )
 from compression.verbatim.reads import superseded as superseded_reads
+from compression.verbatim.usermessages import UserMessages, user_messages
 from compression.verbatim.userwords import Selection
 from compression.verbatim.workingset import WorkingSet, working_set
 
@@ -97,6 +99,7 @@ class _Pass:
     ops: tuple[FileOp, ...] = ()  # the files the view reads and edits
     reads: tuple[FileRead, ...] = ()  # the newest read of each file
     working: WorkingSet = WorkingSet()  # what the conversation works on, ranked
+    words: UserMessages | None = None  # the user's messages as the carry reads them
 
     @property
     def calibration(self) -> float:
@@ -161,7 +164,15 @@ class Compressor:
             return run.unchanged("rejected", with_strike(state, ctx.now), too_large)
         ops = tuple(file_ops(view))
         reads = tuple(newest_reads(view, ops))
-        run = replace(run, pins=_pins(run), ops=ops, reads=reads, working=working_set(view, ops))
+        observations = observation_indices(view, 0, len(view))
+        run = replace(
+            run,
+            pins=_pins(run),
+            ops=ops,
+            reads=reads,
+            working=working_set(view, ops, observations),
+            words=user_messages(view, figures, observations),
+        )
         if run.pins.refused is not None:
             return run.unchanged("rejected", with_strike(state, ctx.now), run.pins.refused)
         plan = _plan(run, state)
@@ -230,7 +241,7 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
     fixed = fixed_end(run.view, unpinned, cap)
     head = head_end(run.view, run.options.protect_first_n, decayed, fixed)
     fixed = run.figures.base + run.figures.span(0, head) + run.pins.tokens_in(head, len(run.view))
-    users = carry_need(run.view, head, run.figures, run.pins.indices)
+    users = carry_need(run.view, head, run.figures, run.pins.indices, run.words)
     files = files_need(run.reads, head, run.figures.counter.count_text)
     # The threshold is in the provider's tokens, the plan's figures in ours: where the
     # provider counts more, the plan aims that much lower.
@@ -399,6 +410,7 @@ def _finish(
             frozenset(lifted),
             (body, reply or ""),
             run.working,
+            run.words,
         )
         handoff = Handoff(body, users.texts, reply, anchors, files.files, working)
         result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))

@@ -112,6 +112,11 @@ class ClippedMessage:
     kept_tokens: int
     original_tokens: int
 
+    def __reduce__(self) -> tuple[type[ClippedMessage], tuple[int, int, int]]:
+        # A pass in the pool sends tens of thousands back (every user message a long history's
+        # handoff names by handle only): by value, not through the slots' slow setstate.
+        return ClippedMessage, (self.index, self.kept_tokens, self.original_tokens)
+
 
 @dataclass(frozen=True, slots=True)
 class CompressionResult:

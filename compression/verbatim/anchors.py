@@ -213,7 +213,7 @@ class Collector:
         return len(self._tiers[tier]) < self.per_tier and self._scanned[tier] < SCAN_CHARS_PER_TIER
 
     def done(self) -> bool:
-        return not any(self.wants(tier) for tier in range(len(TIERS)))
+        return not (self.wants(0) or self.wants(1) or self.wants(2))  # one per tier of TIERS
 
     def candidates(self) -> tuple[list[str], ...]:
         return tuple(list(bucket) for bucket in self._tiers)

@@ -25,10 +25,9 @@ from compression.options import CompressorOptions
 from compression.summary.handoff import Handoff, handoff_text, parse_handoff, user_text
 from compression.summary.prompts import ANCHORS_HEADER, USER_CLOSE, USER_MESSAGES_HEADER, USER_OPEN
 from compression.verbatim.anchors import AnchorIndex, Collector, select_anchors
-from compression.verbatim.instructions import states_instruction
-from compression.verbatim.observations import has_output_marker, observation_indices
-from compression.verbatim.preamble import preamble_end
-from compression.verbatim.userwords import Carried, Selection, mark_superseded, select_carried
+from compression.verbatim.observations import observation_indices
+from compression.verbatim.usermessages import UserMessages, user_messages
+from compression.verbatim.userwords import Carried, Selection, select_carried
 from compression.verbatim.workingset import WorkingSet
 
 USER_TIER, AGENT_TIER, TOOLS_TIER = 0, 1, 2
@@ -40,73 +39,39 @@ def carry_candidates(
     end: int,
     skip: int | None,
     figures: PassFigures,
-    observations: frozenset[int] | None = None,
     pinned: frozenset[int] = frozenset(),
+    words: UserMessages | None = None,
 ) -> list[Carried]:
     """Oldest first. `skip` is the newest user message when it is restated separately;
-    `pinned` are messages the view keeps verbatim outside the summary.
+    `pinned` are messages the view keeps verbatim outside the summary; `words` is the view's
+    reading by `compression.verbatim.usermessages.user_messages` when the pass has it.
 
     The opening candidates are the user messages sent before the first reply, or else the
     first message an earlier summary carried (where that summary kept the original request).
     A client's canned opening (examples, acknowledged context) is neither: it is not carried.
+    The user's messages after `end` are not candidates, but one may take back one before.
     """
-    if observations is None:
-        observations = observation_indices(messages, start, end)
-    canned = preamble_end(messages)
-    replied = any(_replies(message) for message in messages[canned:start])
-    found: list[Carried | str] = []  # a string: a user message kept in view anyway
-    for index in range(max(start, canned), end):
-        message = messages[index]
-        summary = handoff_text(message)
-        if summary is not None:
-            parsed = parse_handoff(summary)
-            if parsed is not None:
-                for text in parsed.handoff.user_messages:
-                    opening = not replied and not any(isinstance(f, Carried) for f in found)
-                    found.append(Carried(text, None, states_instruction(text), opening, index))
-            replied = True  # whatever the summary was merged into came after earlier turns
-        own = message.get("role") == "user" and index not in observations
-        if index == skip or not own or index in pinned:
-            if own:
-                found.append(user_text(message))
-            replied = replied or _replies(message)
-            continue
-        text = user_text(message)
-        if summary is not None and has_output_marker(text):
-            continue  # a tool observation the summary was merged into
-        if text.strip():
-            plain = summary is None and text == content_text(message)
-            known = figures.tokens[index] if plain else None
-            found.append(Carried(text, known, states_instruction(text), not replied, index))
-    return mark_superseded([*found, *_later_words(messages, end)])
-
-
-def _later_words(messages: Sequence[Message], end: int) -> list[str]:
-    """The user's own messages after the summarized region (they may take back one in it)."""
-    later = observation_indices(messages, end, len(messages))
-    return [
-        user_text(messages[index])
-        for index in range(end, len(messages))
-        if messages[index].get("role") == "user" and index not in later
-    ]
+    if words is None:
+        words = user_messages(messages, figures)
+    return words.candidates(start, end, skip, pinned)
 
 
 def carry_need(
-    messages: Sequence[Message], head: int, figures: PassFigures, pinned: frozenset[int]
+    messages: Sequence[Message],
+    head: int,
+    figures: PassFigures,
+    pinned: frozenset[int],
+    words: UserMessages | None = None,
 ) -> int:
     """What carrying every user message after the head would cost (the tail's own included:
     where the cut falls is not known yet, and the tail is short)."""
-    candidates = carry_candidates(messages, head, len(messages), None, figures, pinned=pinned)
+    candidates = carry_candidates(messages, head, len(messages), None, figures, pinned, words)
     if not candidates:
         return 0
     count = figures.counter.count_text
     overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
     sizes = (c.tokens if c.tokens is not None else count(c.text) for c in candidates)
     return count(USER_MESSAGES_HEADER) + sum(size + overhead for size in sizes)
-
-
-def _replies(message: Message) -> bool:
-    return message.get("role") == "assistant" or handoff_text(message) is not None
 
 
 def anchor_candidates(
@@ -132,13 +97,15 @@ def anchor_candidates(
             if parsed is not None:
                 _add_handoff(collector, parsed.handoff)
             collector.scan(USER_TIER, user_text(message))
-        elif role == "user":
-            tier = TOOLS_TIER if index in observations else USER_TIER
-            collector.scan(tier, content_text(message))
-        elif role == "tool":
-            collector.scan(TOOLS_TIER, content_text(message))
         else:
-            collector.scan(AGENT_TIER, _text(message))
+            if role == "user":
+                tier = TOOLS_TIER if index in observations else USER_TIER
+            else:
+                tier = TOOLS_TIER if role == "tool" else AGENT_TIER
+            # A full tier reads no more (its text is not even put together).
+            if collector.wants(tier):
+                text = _text(message) if tier == AGENT_TIER else content_text(message)
+                collector.scan(tier, text)
     return collector
 
 
@@ -163,6 +130,7 @@ def carry_section(
     pinned: frozenset[int] = frozenset(),
     prose: Sequence[str] = (),
     working: WorkingSet | None = None,
+    words: UserMessages | None = None,
 ) -> tuple[Selection, AnchorIndex]:
     """The user messages and anchors a handoff carries for the plan's summarized region.
 
@@ -170,12 +138,14 @@ def carry_section(
     it holds needs no copy, nor does an anchor. `prose` is what ctxgate wrote around them (the
     summary body, the carried reply): it spares anchors, never a user message, since a real
     summary model paraphrases what it quotes. `pinned` messages of the region are not carried.
+    `words` is the view's reading of its user messages, when the pass has it.
     """
     start, end = plan.head_end, plan.tail_start
     budgets = plan.budgets
     kept_text = "\n".join(_text(item) for item in kept)
-    observations = observation_indices(messages, start, end)
-    candidates = carry_candidates(messages, start, end, plan.restate, figures, observations, pinned)
+    if words is None:
+        words = user_messages(messages, figures)
+    candidates = words.candidates(start, end, plan.restate, pinned)
     overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
     header = count(USER_MESSAGES_HEADER) if candidates else 0
     # Exactly as a message of its own: a short message found inside a longer one is not kept.
@@ -188,7 +158,7 @@ def carry_section(
         return users, AnchorIndex()
     present = "\n".join([*users.texts, kept_text, *prose])
     # An anchor costs at least ~3 tokens with its separator: room // 3 per tier always fills.
-    found = anchor_candidates(messages, start, end, room // 3, observations)
+    found = anchor_candidates(messages, start, end, room // 3, words.observations)
     rank = (working or WorkingSet()).tier
     chosen = select_anchors(
         found.candidates(), room, count, present.__contains__, found.meaning, rank

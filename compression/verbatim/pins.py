@@ -108,11 +108,14 @@ class PinPlan:
         return out
 
 
-def pin_kind(message: Message, tokens: int, paste_tokens: int) -> Kind | None:
-    """Which kind of pin a user message is, if any (`tokens`: its size)."""
+def pin_kind(
+    message: Message, tokens: int, paste_tokens: int, said: str | None = None
+) -> Kind | None:
+    """Which kind of pin a user message is, if any (`tokens`: its size; `said`: its
+    `user_text`, when read already)."""
     if message.get("role") != "user":
         return None
-    text = user_text(message).lstrip()
+    text = (user_text(message) if said is None else said).lstrip()
     if text.startswith(PIN_MARKER):
         return "marker"
     if text.startswith(AIDER_FILES):
@@ -138,12 +141,13 @@ def find_pins(
         message = messages[index]
         if index == newest or message.get("role") != "user":
             continue
-        own = _own_text(message)
+        said = user_text(message)
+        own = _own_text(message, said)
         size = tokens[index] if own is None else count_text(own)
-        kind = pin_kind(message, size, paste_tokens)
+        kind = pin_kind(message, size, paste_tokens, said)
         if kind is None or (kind == "paste" and is_observation(messages, index)):
             continue  # a command output the harness sent back is work, not a paste
-        key = kind if kind in ("files", "read-only") else user_text(message)
+        key = kind if kind in ("files", "read-only") else said
         if key in seen:
             continue
         seen.add(key)
@@ -243,11 +247,10 @@ def _clip_content(message: Message, share: float) -> Message:
     return with_text(message, clip_middle(text, int(len(text) * share)))
 
 
-def _own_text(message: Message) -> str | None:
-    """The message's own text when an earlier compression wrote into it (a summary merged in,
-    a restatement marker), else None: a pin is kept as the client sent it, not with those."""
-    text = content_text(message)
-    own = user_text(message)
-    if handoff_text(message) is None and own == text:
+def _own_text(message: Message, own: str) -> str | None:
+    """The message's own text (`own`: its `user_text`) when an earlier compression wrote into
+    it (a summary merged in, a restatement marker), else None: a pin is kept as the client
+    sent it, not with those."""
+    if handoff_text(message) is None and own == content_text(message):
         return None
     return own

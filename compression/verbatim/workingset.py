@@ -122,11 +122,17 @@ class _Tally:
         self.last[name] = max(self.last.get(name, -1), at)
 
 
-def working_set(messages: Sequence[Message], ops: Sequence[FileOp] | None = None) -> WorkingSet:
-    """The ranked working set of a conversation."""
+def working_set(
+    messages: Sequence[Message],
+    ops: Sequence[FileOp] | None = None,
+    observations: frozenset[int] | None = None,
+) -> WorkingSet:
+    """The ranked working set of a conversation (`observations`: its user messages that are
+    tool observations, when known already)."""
     ops = file_ops(messages) if ops is None else ops
     tally = _Tally()
-    observations = observation_indices(messages, 0, len(messages))
+    if observations is None:
+        observations = observation_indices(messages, 0, len(messages))
     newest = _newest_turn(messages)
     for at, message in enumerate(messages):
         _scan(tally, message, at, at in observations, at >= newest)
@@ -176,19 +182,24 @@ def _scan(tally: _Tally, message: Message, at: int, observation: bool, newest: b
                 tally.add(path, SEEN, at)
         _names(tally, user_text(message), REQUESTED, at)
         return
-    if role == "user" and not observation:
-        _names(tally, content_text(message), REQUESTED, at)
     text = content_text(message)
+    tier = NEWEST if newest else SEEN
+    if role == "user" and not observation:
+        # The user's own words: what they name is asked for, and seen (found once).
+        _names(tally, text, REQUESTED, at, tier)
+        return
     if role == "assistant":
         text = "\n".join([text, *(call_parts(call)[1] or "" for call in tool_calls_of(message))])
-    _names(tally, text, NEWEST if newest else SEEN, at)
+    _names(tally, text, tier, at)
 
 
-def _names(tally: _Tally, text: str, tier: int, at: int) -> None:
+def _names(tally: _Tally, text: str, tier: int, at: int, also: int | None = None) -> None:
     for value in find_anchors(text):
         name = normal_path(value) if entity_kind(value) == "file" else value
         if name:
             tally.add(name, tier, at)
+            if also is not None:
+                tally.add(name, also, at)
 
 
 def _merge_files(tally: _Tally) -> None:

@@ -16,7 +16,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, TextClause, event, select, text
+from sqlalchemy import Connection, Row, event, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import codec
 from storage.database.inline import Executor
@@ -130,10 +131,12 @@ _POSTGRES_SEARCH = (
     "FROM archived_messages AS a WHERE a.id = r.id OFFSET 0) AS a "
     "ORDER BY r.rank DESC, r.position DESC"
 )
+# In the driver's own placeholders, for its executemany with plain tuples: SQLAlchemy's
+# handling of each row's parameters cost more than the insert of a large archive.
 _INSERT = {
-    "sqlite": f"INSERT INTO {TABLE} (rowid, whole, parts) VALUES (:id, :whole, :parts)",
-    "postgresql": f"INSERT INTO {TABLE} (id, terms) VALUES (:id, CAST(:terms AS tsvector) || "
-    + _BUCKET_TERM.format(id="CAST(:id AS integer)")
+    "sqlite": f"INSERT INTO {TABLE} (rowid, whole, parts) VALUES (?, ?, ?)",
+    "postgresql": f"INSERT INTO {TABLE} (id, terms) VALUES ($1, CAST($2 AS tsvector) || "
+    + _BUCKET_TERM.format(id="CAST($1 AS integer)")
     + ")",
 }
 
@@ -174,7 +177,7 @@ def rebuild(conn: Connection) -> None:
         if not batch:
             return
         rows = [(int(row.id), codec.loads(row.message)) for row in batch]
-        conn.execute(_insert(conn.dialect.name), _index_rows(conn.dialect.name, rows))
+        conn.exec_driver_sql(_insert(conn.dialect.name), _index_rows(conn.dialect.name, rows))
         last = rows[-1][0]
 
 
@@ -189,16 +192,27 @@ def read_terms_with(offload: Offload | None) -> None:
     _offload[:] = [offload] if offload is not None else []
 
 
-async def index(conn: Executor, rows: Sequence[tuple[int, Message]]) -> None:
+async def index(conn: AsyncConnection, rows: Sequence[tuple[int, Message]]) -> None:
     """Index newly archived rows: (archived_messages.id, message)."""
     if rows:
-        dialect = conn.dialect.name
-        # Reading a large archive's terms takes seconds of CPU: elsewhere (a worker process,
-        # else a thread), the event loop is not held up by all of it.
-        offload = _offload[0] if _offload else asyncio.to_thread
-        values = await offload(_index_rows, dialect, rows)
-        for start in range(0, len(values), INDEX_BATCH):  # the loop's turn between batches
-            await conn.execute(_insert(dialect), values[start : start + INDEX_BATCH])
+        await write_index(conn, await read_index_rows(conn.dialect.name, rows))
+
+
+def read_index_rows(
+    dialect: str, rows: Sequence[tuple[int, Message]]
+) -> asyncio.Future[list[IndexRow]]:
+    """The index rows of newly archived rows, read elsewhere: reading a large archive's terms
+    takes seconds of CPU, in a worker process (else a thread) the event loop is not held up
+    by it, and the caller goes on writing meanwhile."""
+    offload = _offload[0] if _offload else asyncio.to_thread
+    return asyncio.ensure_future(offload(_index_rows, dialect, rows))
+
+
+async def write_index(conn: AsyncConnection, values: Sequence[IndexRow]) -> None:
+    """Write index rows of `read_index_rows` (in the transaction that archived their rows)."""
+    statement = _insert(conn.dialect.name)
+    for start in range(0, len(values), INDEX_BATCH):  # the loop's turn between batches
+        await conn.exec_driver_sql(statement, list(values[start : start + INDEX_BATCH]))
 
 
 async def search(
@@ -315,20 +329,21 @@ def message_text(message: Message) -> str:
     return "\n".join(pieces)
 
 
-def _insert(dialect: str) -> TextClause:
-    return text(_INSERT["postgresql" if dialect == "postgresql" else "sqlite"])
+def _insert(dialect: str) -> str:
+    return _INSERT["postgresql" if dialect == "postgresql" else "sqlite"]
 
 
-def _index_rows(dialect: str, rows: Sequence[tuple[int, Message]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+IndexRow = tuple[int, str] | tuple[int, str, str]  # the parameters of `_INSERT`, by dialect
+
+
+def _index_rows(dialect: str, rows: Sequence[tuple[int, Message]]) -> list[IndexRow]:
+    out: list[IndexRow] = []
     for row_id, message in rows:
         terms = search_terms(message_text(message) if isinstance(message, dict) else "")
         if dialect == "postgresql":
-            out.append({"id": row_id, "terms": _tsvector(terms)})  # the bucket: _INSERT
+            out.append((row_id, _tsvector(terms)))  # the bucket: _INSERT
         else:
-            out.append(
-                {"id": row_id, "whole": " ".join(terms.whole), "parts": " ".join(terms.parts)}
-            )
+            out.append((row_id, " ".join(terms.whole), " ".join(terms.parts)))
     return out
 
 

@@ -1,4 +1,5 @@
 import dataclasses
+import sqlite3
 import time
 import uuid
 
@@ -7,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage import PROMPT_TOKENS_PENDING, SessionKey, SessionStore, StorageError
+from storage.rows.checkpoints import ARCHIVE_BATCH
 from tests.storage.factories import (
     FakeClock,
     chain_digests,
@@ -140,6 +142,47 @@ async def test_archive_dedupes_by_position_and_content(store: SessionStore) -> N
         (9, second.id),
     ]  # fmt: skip
     assert archive[0].message == messages[0]
+
+
+async def test_an_archive_of_many_batches_stores_and_indexes_each_new_original_once(
+    store: SessionStore, store_url: str
+) -> None:
+    size = ARCHIVE_BATCH * 2 + 500  # three insert statements, the last one short
+    messages = [{"role": "user", "content": f"note {i} token{i}x é"} for i in range(size)]
+    digests = chain_digests(messages)
+    first = await store.commit_compression(
+        commit(SK, digests, 1200, archived=list(enumerate(messages[:1200])))
+    )
+    # Again from 0: the first 1,200 were archived already (a batch holds old and new), one
+    # slot now holds other text, and one original is listed twice.
+    again = list(enumerate(messages))
+    again[5] = (5, {"role": "user", "content": "other text token5x"})
+    again.append((size - 1, messages[size - 1]))
+    second = await store.commit_compression(commit(SK, digests, size, archived=again))
+    archive = await store.archived_messages(SK)
+    expected = [(p, first.id, messages[p]) for p in range(1200)]
+    expected.append((5, second.id, again[5][1]))
+    expected += [(p, second.id, messages[p]) for p in range(1200, size)]
+    expected.sort(key=lambda row: (row[0], row[1]))
+    assert [(a.position, a.checkpoint_id, a.message) for a in archive] == expected
+    counts = await row_counts(store_url)
+    assert counts["archived_messages"] == size + 1
+    if "sqlite" in store_url:
+        assert await _index_rows(store_url) == size + 1
+    # Each original is found by its own term, in the first batch, the middle and the last.
+    for position in (0, 1199, 1200, size - 1):
+        found = await store.search_archive(SK, f"token{position}x", limit=3)
+        assert [a.position for a in found] == [position]
+    # Both copies of the changed slot are indexed; a search reads its newest.
+    found = await store.search_archive(SK, "token5x")
+    assert [(a.position, a.message) for a in found] == [(5, again[5][1])]
+
+
+async def _index_rows(url: str) -> int:
+    """Rows of SQLite's full-text index (row_counts reads the declared tables only)."""
+    path = url.split("///", 1)[1]
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT count(*) FROM archive_search").fetchone()[0])
 
 
 async def test_large_unicode_replacement_round_trips(store: SessionStore) -> None:
