@@ -100,9 +100,19 @@ class _Worker:
             try:
                 data = self.conn.recv_bytes()
             except (EOFError, OSError):
-                self._loop.call_soon_threadsafe(self._pool._lost, self)
+                self._report(self._pool._lost, self)
                 return
-            self._loop.call_soon_threadsafe(self._pool._received, self, data)
+            if not self._report(self._pool._received, self, data):
+                return
+
+    def _report(self, callback: Callable[..., None], *args: Any) -> bool:
+        """Hand `callback` to the loop; False once the loop is closed (the pool was closed with
+        it, and nobody waits for this worker any more)."""
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            return False
+        return True
 
     def send(self, data: bytes) -> None:
         with self._sending:

@@ -132,3 +132,25 @@ def test_a_call_runs_in_a_worker_and_in_a_thread_without_one() -> None:
 
     assert asyncio.run(run(1)) != os.getpid()
     assert asyncio.run(run(0)) == os.getpid()
+
+
+def test_a_worker_lost_after_its_loop_closed_is_let_go_quietly() -> None:
+    async def started() -> EnginePool:
+        pool = EnginePool(1)
+        pool.start()
+        await pool.call(os.getpid)
+        return pool
+
+    pool = asyncio.run(started())  # the loop the worker reports to is closed from here
+    readers = [w._reader for w in pool._workers]
+    raised: list[BaseException | None] = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: raised.append(args.exc_value)
+    try:
+        pool.close()  # the reader sees the pipe close and has no loop to tell
+        for reader in readers:
+            reader.join(5)
+    finally:
+        threading.excepthook = hook
+    assert not any(reader.is_alive() for reader in readers)
+    assert raised == []
