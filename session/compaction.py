@@ -33,7 +33,7 @@ from compression import (
     Trigger,
     chain_digest,
     chained_digests,
-    message_digest,
+    seen_messages,
     with_handles,
 )
 from session.pool import EnginePool
@@ -391,10 +391,10 @@ class DigestMemo:
 def _extended(reused: list[str], messages: Sequence[Message]) -> list[str]:
     """The chained digests of `messages`, the first `len(reused)` given."""
     if not reused:
-        return chained_digests(messages)
+        return chained_digests(messages, digests=seen_messages().digests(messages))
     digests, last = list(reused), reused[-1]
-    for message in messages[len(reused) :]:
-        last = chain_digest(last, message_digest(message))
+    for digest in seen_messages().digests(messages[len(reused) :]):
+        last = chain_digest(last, digest)
         digests.append(last)
     return digests
 

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from compression import Message, TokenCounter, ToolSchema
+from compression import Message, TokenCounter, ToolSchema, seen_messages
 from session.config.settings import Settings
 from session.ledger.tiers import CACHE_TTL_S, Split, caching_of, cost, full_history_split, split_of
 from session.ports.frontdoor import Usage
@@ -196,18 +196,19 @@ def full_prompt(
     billed for the forwarded one against ctxgate's count of that: the calibration of this
     very request, whatever ctxgate added."""
     unchanged = view is messages and not added_tools
+    seen = seen_messages()  # the view's and the history's messages were counted on arrival
     sent = (
         billed_prompt
         if unchanged
-        else counter.count_messages(view, [*(tools or ()), *added_tools] or None)
+        else seen.count_messages(counter, view, [*(tools or ()), *added_tools] or None)
     )
     scale = billed_prompt / sent if sent > 0 else 1.0
     empty = counter.count_messages([])
 
     def grown(n: int) -> int:
-        return round((counter.count_messages(messages[n:]) - empty) * scale)
+        return round((seen.count_messages(counter, messages[n:]) - empty) * scale)
 
     history = History(digests, grown)
     if unchanged or sent <= 0:
         return billed_prompt, history
-    return round(counter.count_messages(messages, tools) * scale), history
+    return round(seen.count_messages(counter, messages, tools) * scale), history
