@@ -28,6 +28,9 @@ IMAGE_TOKENS = 765
 # encodes and the rest yields it every switch interval, so other sessions' requests are not
 # held up for the whole count (about a second for 3 MB). A smaller one costs less than the hop.
 LARGE_BODY_BYTES = 256 * 1024
+# The least text a piece of a count is sent to a pool worker with: under it, the hop (pickled
+# both ways) costs more than the worker saves.
+PIECE_CHARS = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +112,13 @@ async def counted(
 
 def split(messages: Sequence[Message], pieces: int) -> list[Sequence[Message]]:
     """`messages` in at most `pieces` consecutive runs of about equal size (by the length of
-    their text), none empty."""
+    their text), none empty nor under `PIECE_CHARS` but the only one."""
     if pieces <= 1 or len(messages) <= 1:
         return [messages]
     sizes = [_size(m) for m in messages]
+    pieces = min(pieces, sum(sizes) // PIECE_CHARS)
+    if pieces <= 1:
+        return [messages]
     share = sum(sizes) / pieces
     out: list[Sequence[Message]] = []
     start, filled = 0, 0
