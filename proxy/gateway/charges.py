@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from compression import TokenCounter
+from compression import TokenCounter, seen_messages
 from session.conversations import Conversations
 from session.ledger.book import History, Ledger, full_prompt
 from session.ledger.shadow import Shadow, ShadowJob
@@ -84,7 +84,7 @@ def figures_of(turn: Turn, usage: Usage, counter: TokenCounter) -> tuple[int, Hi
         turn.request.tools,
         counter,
         turn.tools,
-        turn.with_digests().digests or (),
+        seen_messages().digests(turn.messages),
     )
 
 
