@@ -106,7 +106,7 @@ async def counted(
     fresh = [n for part in parts for n in part]
     for i, n in zip(missing, fresh, strict=True):
         known[i] = n
-    seen.remember(counter, new, fresh)
+    await asyncio.to_thread(seen.remember, counter, new, fresh)  # thousands of inserts
     return [n or 0 for n in known]
 
 
