@@ -96,9 +96,7 @@ async def counted(
     before, the rest tokenized through `offload` in up to `pieces` pieces of about equal
     bytes at once (one per pool worker): a history no session has seen costs the pool's
     time, not the loop's, and a long one is split over its workers."""
-    seen = seen_messages()
-    known = await asyncio.to_thread(seen.counts, counter, messages)
-    missing = [i for i, n in enumerate(known) if n is None]
+    known, missing = await asyncio.to_thread(_known, counter, messages)
     if not missing:
         return [n or 0 for n in known]
     new = [messages[i] for i in missing]
@@ -106,8 +104,27 @@ async def counted(
     fresh = [n for part in parts for n in part]
     for i, n in zip(missing, fresh, strict=True):
         known[i] = n
-    await asyncio.to_thread(seen.remember, counter, new, fresh)  # thousands of inserts
+    # Thousands of inserts: in a thread.
+    await asyncio.to_thread(seen_messages().remember, counter, new, fresh)
     return [n or 0 for n in known]
+
+
+def _known(
+    counter: TokenCounter, messages: Sequence[Message]
+) -> tuple[list[int | None], list[int]]:
+    """The counts found, and the positions still to count; those already counted here when
+    their text is under a piece's (a pool's round trip would cost more)."""
+    seen = seen_messages()
+    known = seen.counts(counter, messages)
+    missing = [i for i, n in enumerate(known) if n is None]
+    if missing and sum(_size(messages[i]) for i in missing) < PIECE_CHARS:
+        new = [messages[i] for i in missing]
+        fresh = count_each(counter, new)
+        for i, n in zip(missing, fresh, strict=True):
+            known[i] = n
+        seen.remember(counter, new, fresh)
+        missing = []
+    return known, missing
 
 
 def split(messages: Sequence[Message], pieces: int) -> list[Sequence[Message]]:
