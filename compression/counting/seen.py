@@ -31,7 +31,10 @@ from compression.engine import TokenCounter
 from compression.messages.digest import sized_digest
 from compression.messages.types import Message, ToolSchema
 
-BUDGET_BYTES = 64 * 1024 * 1024  # canonical bytes of the messages held (about 16M tokens)
+# Canonical bytes of the messages held (about 8M tokens): twice what the proxy keeps of
+# parsed bodies to find grown ones in (a message of a body no longer kept comes back as a new
+# object, found by content instead), leaving room for views and checkpoints' messages.
+BUDGET_BYTES = 32 * 1024 * 1024
 
 
 class _Entry:
