@@ -100,7 +100,7 @@ class KeptCheckpoints:
     SQLite gives again after a deletion is told apart by its digest, time and row.
     """
 
-    def __init__(self, budget_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, budget_bytes: int = 32 * 1024 * 1024) -> None:
         self.budget = budget_bytes
         self._kept: OrderedDict[int, tuple[Checkpoint, int]] = OrderedDict()
         self._bytes = 0
