@@ -1,7 +1,7 @@
 """Large bodies, a large compression's stall, and 100,000 messages (docs/performance.md).
 
     .venv/bin/python bench/overhead_large.py             # ~5-10 minutes on 2 cores
-    .venv/bin/python bench/overhead_large.py --rounds 4  # shorter
+    .venv/bin/python bench/overhead_large.py --rounds 6 --cells 200k-fresh,800k-same
 
 Servers, each in its own process on 127.0.0.1 (as bench/overhead.py starts them): the provider
 simulator (answers at once), the two floors (bare uvicorn relays: httpx and aiohttp), ctxgate
@@ -12,8 +12,10 @@ Cells:
 - `200k` / `800k` x `fresh` (a body no session has seen: a new tag in its first user message,
   a new session id), `same` (a known session's identical body) and `growing` (one session
   gaining a turn each round): one client, the targets in alternation (direct, floor,
-  floor-aiohttp, ctxgate). Added p50 over direct, its ratio to each floor's, and CPU per
-  request of each server process (its own and its children's, over the cell).
+  floor-aiohttp, ctxgate). Per round: the time added over that round's direct call and the
+  CPU each server process and its pool workers used from its request to its next one
+  (scheduler figures in ns); medians, quartiles and extremes, the ratios on the medians.
+  The 10 ms-tick CPU over the whole cell is kept beside as a check.
 - `stall`: a first-seen ~780K-token history (past the 50% agent threshold of the 1M window,
   so compressed before it is forwarded) while another session sends a small request every
   20 ms: that session's latency before and during, and the large request's time added over
@@ -46,6 +48,7 @@ if str(REPO) not in sys.path:
 from bench.overhead_requests import API_KEY, MODEL, build_history, request_headers  # noqa: E402
 from bench.overhead_services import (  # noqa: E402
     Service,
+    _descendants,
     floor_service,
     free_port,
     running,
@@ -116,6 +119,36 @@ def p50(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def precise_cpu_s(svc: Service) -> float:
+    """CPU seconds of `svc`'s process and its descendants (the pool's workers), from each
+    thread's scheduler figures in nanoseconds: the 10 ms ticks of /proc/PID/stat are coarser
+    than one request's work. Threads that ended take their time with them; the tick figure
+    over the whole cell (`cpu_ms_per_request`) is kept beside as a check."""
+    if svc.proc is None:
+        return 0.0
+    total = 0
+    for pid in _descendants(svc.proc.pid):
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, quartiles and extremes of per-round figures."""
+    if not values:
+        return {}
+    ordered = sorted(values)
+    q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [ordered[0]] * 3
+    return {"p50": q[1], "p25": q[0], "p75": q[2], "min": ordered[0], "max": ordered[-1]}
+
+
 async def large_cell(
     client: httpx.AsyncClient,
     targets: dict[str, Service | None],
@@ -124,9 +157,15 @@ async def large_cell(
     kind: str,
     rounds: int,
 ) -> dict[str, Any]:
-    """One client, every target in turn each round; the first round warms up (excluded)."""
+    """One client, every target in turn each round; the first round warms up (excluded).
+
+    Latency added: each round's time less that round's direct call. CPU per request: what
+    each server process (its pool workers included) used from just before its request to
+    just before its request of the next round, so work left running after an answer (the
+    ledger's, the archive's) is charged to the request that caused it."""
     samples: dict[str, list[float]] = {name: [] for name in targets}
     cpu: dict[str, float] = {}
+    marks: dict[str, list[float]] = {n: [] for n, s in targets.items() if s is not None}
     messages, tools = large_history(size, f"{kind}-{time.time_ns()}")
     growing = list(messages)
     for round_ in range(rounds + 1):
@@ -142,6 +181,8 @@ async def large_cell(
                 data, session = body(messages, tools), f"same-{size}"
             else:
                 data, session = body(growing, tools), f"grow-{size}-{name}"
+            if svc is not None and round_:
+                marks[name].append(precise_cpu_s(svc))
             elapsed = await post(client, url, data, session)
             if round_:
                 samples[name].append(elapsed)
@@ -150,16 +191,35 @@ async def large_cell(
                 {"role": "assistant", "content": f"Done step {round_}."},
                 {"role": "user", "content": f"Next, step {round_ + 1}, please."},
             ]
+    await asyncio.sleep(1.0)  # the last round's work after its answer
+    for name, svc in targets.items():
+        if svc is not None:
+            marks[name].append(precise_cpu_s(svc))
     used = {n: (s.cpu_seconds() - cpu[n]) / rounds for n, s in targets.items() if s is not None}
-    direct = p50(samples["direct"])
-    added = {n: (p50(v) - direct) * 1000 for n, v in samples.items() if n != "direct"}
+    per_round = {
+        n: [(b - a) * 1000 for a, b in zip(m, m[1:], strict=False)] for n, m in marks.items()
+    }
+    cpu_p50 = {n: p50(v) for n, v in per_round.items()}
+    direct = samples["direct"]
+    paired = {
+        n: [(t - d) * 1000 for t, d in zip(v, direct, strict=True)]
+        for n, v in samples.items()
+        if n != "direct"
+    }
+    added = {n: p50(v) for n, v in paired.items()}
     return {
         "cell": f"{size // 1000}k-{kind}",
-        "direct_p50_ms": direct * 1000,
+        "rounds": rounds,
+        "direct_p50_ms": p50(direct) * 1000,
         "added_p50_ms": added,
+        "added_spread_ms": {n: spread(v) for n, v in paired.items()},
+        "cpu_p50_ms": cpu_p50,
+        "cpu_spread_ms": {n: spread(v) for n, v in per_round.items()},
         "cpu_ms_per_request": {n: v * 1000 for n, v in used.items()},
         "ratio_to_floor": {f: added["ctxgate"] / added[f] for f in FLOORS if added.get(f, 0) > 0},
-        "cpu_ratio_to_floor": {f: used["ctxgate"] / used[f] for f in FLOORS if used.get(f, 0) > 0},
+        "cpu_ratio_to_floor": {
+            f: cpu_p50["ctxgate"] / cpu_p50[f] for f in FLOORS if cpu_p50.get(f, 0) > 0
+        },
     }
 
 
@@ -236,28 +296,40 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Load average before {meta['load_before']}, after {meta['load_after']} "
         f"({meta['cores']} cores).",
         "",
-        "| cell | direct p50 ms | added p50 ms: ctxgate / floor / floor-aiohttp "
+        "Per round: latency added over that round's direct call; CPU (ns scheduler figures) of "
+        "each server and its pool workers from one request to the next. Medians, p25-p75 in "
+        "brackets.",
+        "",
+        "| cell | rounds | direct p50 ms | added ms: ctxgate / floor / floor-aiohttp "
         "| ratio to floor / aiohttp | CPU ms per request: ctxgate / floor / aiohttp "
         "| CPU ratio to floor / aiohttp |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         if "added_p50_ms" not in r:
             continue
-        a, c = r["added_p50_ms"], r["cpu_ms_per_request"]
         ratio, cpu = r["ratio_to_floor"], r["cpu_ratio_to_floor"]
+        added = " / ".join(_median(r["added_spread_ms"][n]) for n in SERVERS)
+        used = " / ".join(_median(r["cpu_spread_ms"][n]) for n in SERVERS)
         lines.append(
-            f"| {r['cell']} | {r['direct_p50_ms']:.1f} "
-            f"| {a['ctxgate']:.1f} / {a['floor']:.1f} / {a['floor-aiohttp']:.1f} "
+            f"| {r['cell']} | {r['rounds']} | {r['direct_p50_ms']:.1f} | {added} "
             f"| {ratio.get('floor', 0):.2f}x / {ratio.get('floor-aiohttp', 0):.2f}x "
-            f"| {c['ctxgate']:.1f} / {c['floor']:.1f} / {c['floor-aiohttp']:.1f} "
-            f"| {cpu.get('floor', 0):.2f}x / {cpu.get('floor-aiohttp', 0):.2f}x |"
+            f"| {used} | {cpu.get('floor', 0):.2f}x / {cpu.get('floor-aiohttp', 0):.2f}x |"
         )
     lines.append("")
     for r in results:
         if "added_p50_ms" not in r:
             lines.append("- " + ", ".join(f"{k}: {_fmt(v)}" for k, v in r.items()))
     return "\n".join(lines)
+
+
+SERVERS = ("ctxgate", *FLOORS)
+
+
+def _median(s: dict[str, float]) -> str:
+    if not s:
+        return "-"
+    return f"{s['p50']:.1f} ({s['p25']:.1f}-{s['p75']:.1f})"
 
 
 def _fmt(value: Any) -> str:
@@ -298,7 +370,7 @@ async def measure(services: dict[str, Service], args: argparse.Namespace) -> lis
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument(
         "--cells",

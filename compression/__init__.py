@@ -25,7 +25,8 @@ from compression.assembly.invariants import CompressionInvariantError, check_inv
 from compression.assembly.planning import budgets_for
 from compression.compressor import Compressor
 from compression.counting.calibration import Calibration
-from compression.counting.tokens import IMAGE_PARTS, counter_for_model
+from compression.counting.seen import SeenMessages, seen_messages
+from compression.counting.tokens import IMAGE_PARTS, count_each, counter_for_model
 from compression.engine import (
     CompressionContext,
     CompressionResult,
@@ -99,6 +100,7 @@ __all__ = [
     "Outcome",
     "PassthroughEngine",
     "Role",
+    "SeenMessages",
     "Summarizer",
     "SummaryCall",
     "SummaryCallError",
@@ -116,6 +118,7 @@ __all__ = [
     "check_invariants",
     "classify_error",
     "content_text",
+    "count_each",
     "cooldown_seconds",
     "counter_for_model",
     "effective_window",
@@ -133,6 +136,7 @@ __all__ = [
     "preamble_end",
     "record_real_usage",
     "sanitize_tool_pairs",
+    "seen_messages",
     "system_end",
     "tool_calls_of",
     "view_summaries",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 import uuid
 from collections import OrderedDict
@@ -33,7 +34,7 @@ from compression import (
     Trigger,
     chain_digest,
     chained_digests,
-    message_digest,
+    seen_messages,
     with_handles,
 )
 from session.pool import EnginePool
@@ -373,7 +374,12 @@ class DigestMemo:
         if earlier is None:
             return []
         before, chain = earlier
-        same, limit = 0, min(len(before), len(messages))
+        limit = min(len(before), len(messages))
+        # One pass in C for the common case (every kept message held again): a Python loop
+        # over an 800K-token history's 15,500 messages took the event loop for milliseconds.
+        if all(map(operator.is_, messages[:limit], before[:limit])):
+            return chain[:limit]
+        same = 0
         while same < limit and messages[same] is before[same]:
             same += 1
         return chain[:same]
@@ -391,10 +397,10 @@ class DigestMemo:
 def _extended(reused: list[str], messages: Sequence[Message]) -> list[str]:
     """The chained digests of `messages`, the first `len(reused)` given."""
     if not reused:
-        return chained_digests(messages)
+        return chained_digests(messages, digests=seen_messages().digests(messages))
     digests, last = list(reused), reused[-1]
-    for message in messages[len(reused) :]:
-        last = chain_digest(last, message_digest(message))
+    for digest in seen_messages().digests(messages[len(reused) :]):
+        last = chain_digest(last, digest)
         digests.append(last)
     return digests
 

@@ -130,7 +130,8 @@ class Conversations:
         if len(turn.view) < limits.hygiene_messages and not surely_small(turn, limits):
             pool = self.compactor.pool
             offload = pool.call if pool is not None else None
-            pressure = await measured(turn, *self._counting(turn), offload)
+            pieces = pool.size if pool is not None else 1
+            pressure = await measured(turn, *self._counting(turn), offload, pieces)
             tokens, exact = pressure.tokens, pressure.exact
             if pressure.estimate is not None:
                 turn = replace(turn, estimate=pressure.estimate)

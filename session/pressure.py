@@ -12,7 +12,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compression import Calibration, Limits, Message, TokenCounter, ToolSchema
+from compression import (
+    Calibration,
+    Limits,
+    Message,
+    TokenCounter,
+    count_each,
+    seen_messages,
+)
 from session.ports.frontdoor import IMAGE_MARK
 from session.turn import Turn
 
@@ -21,6 +28,9 @@ IMAGE_TOKENS = 765
 # encodes and the rest yields it every switch interval, so other sessions' requests are not
 # held up for the whole count (about a second for 3 MB). A smaller one costs less than the hop.
 LARGE_BODY_BYTES = 256 * 1024
+# The least text a piece of a count is sent to a pool worker with: under it, the hop (pickled
+# both ways) costs more than the worker saves.
+PIECE_CHARS = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +55,8 @@ def upper_bound(turn: Turn) -> int:
 def estimate_view(turn: Turn, counter: TokenCounter, calibration: Calibration) -> int:
     if turn.estimate is not None:
         return turn.estimate
-    return calibration.apply(counter.count_messages(turn.view, turn.request.tools))
+    # Each message object is counted once for every request that holds it.
+    return calibration.apply(seen_messages().count_messages(counter, turn.view, turn.request.tools))
 
 
 def surely_small(turn: Turn, limits: Limits) -> bool:
@@ -63,22 +74,88 @@ async def measured(
     counter: TokenCounter,
     calibration: Calibration,
     offload: Offload | None = None,
+    pieces: int = 1,
 ) -> Pressure:
     """`measure`; for a large body, off the loop: a whole view's count through `offload(fn,
-    *args)` (a process pool's call: no share of this process's GIL), the rest in a thread."""
+    *args)` (a process pool's call: no share of this process's GIL; see `counted`), the rest
+    in a thread."""
     if len(turn.request.raw) <= LARGE_BODY_BYTES:
         return measure(turn, counter, calibration)
     if offload is None or _anchored(turn) or turn.estimate is not None:
         return await asyncio.to_thread(measure, turn, counter, calibration)
-    estimate = calibration.apply(await offload(count_view, counter, turn.view, turn.request.tools))
+    view, tools = turn.view, turn.request.tools
+    counts = await counted(counter, view, offload, pieces)
+    estimate = calibration.apply(sum(counts) + counter.count_messages([], tools))
     return Pressure(estimate, False, estimate)
 
 
-def count_view(
-    counter: TokenCounter, messages: Sequence[Message], tools: Sequence[ToolSchema] | None
-) -> int:
-    """A view's count (module-level: a pool runs it by name)."""
-    return counter.count_messages(messages, tools)
+async def counted(
+    counter: TokenCounter, messages: Sequence[Message], offload: Offload, pieces: int = 1
+) -> list[int]:
+    """Each message's tokens, found where this process saw the message (or its content)
+    before, the rest tokenized through `offload` in up to `pieces` pieces of about equal
+    bytes at once (one per pool worker): a history no session has seen costs the pool's
+    time, not the loop's, and a long one is split over its workers."""
+    known, missing = await asyncio.to_thread(_known, counter, messages)
+    if not missing:
+        return [n or 0 for n in known]
+    new = [messages[i] for i in missing]
+    parts = await asyncio.gather(*(offload(count_piece, counter, p) for p in split(new, pieces)))
+    fresh = [n for part in parts for n in part]
+    for i, n in zip(missing, fresh, strict=True):
+        known[i] = n
+    # Thousands of inserts: in a thread.
+    await asyncio.to_thread(seen_messages().remember, counter, new, fresh)
+    return [n or 0 for n in known]
+
+
+def _known(
+    counter: TokenCounter, messages: Sequence[Message]
+) -> tuple[list[int | None], list[int]]:
+    """The counts found, and the positions still to count; those already counted here when
+    their text is under a piece's (a pool's round trip would cost more)."""
+    seen = seen_messages()
+    known = seen.counts(counter, messages)
+    missing = [i for i, n in enumerate(known) if n is None]
+    if missing and sum(_size(messages[i]) for i in missing) < PIECE_CHARS:
+        new = [messages[i] for i in missing]
+        fresh = count_each(counter, new)
+        for i, n in zip(missing, fresh, strict=True):
+            known[i] = n
+        seen.remember(counter, new, fresh)
+        missing = []
+    return known, missing
+
+
+def split(messages: Sequence[Message], pieces: int) -> list[Sequence[Message]]:
+    """`messages` in at most `pieces` consecutive runs of about equal size (by the length of
+    their text), none empty nor under `PIECE_CHARS` but the only one."""
+    if pieces <= 1 or len(messages) <= 1:
+        return [messages]
+    sizes = [_size(m) for m in messages]
+    pieces = min(pieces, sum(sizes) // PIECE_CHARS)
+    if pieces <= 1:
+        return [messages]
+    share = sum(sizes) / pieces
+    out: list[Sequence[Message]] = []
+    start, filled = 0, 0
+    for i, size in enumerate(sizes):
+        filled += size
+        if filled >= share * (len(out) + 1) and len(out) < pieces - 1 and i + 1 < len(messages):
+            out.append(messages[start : i + 1])
+            start = i + 1
+    out.append(messages[start:])
+    return out
+
+
+def _size(message: Message) -> int:
+    content = message.get("content")
+    return len(content) if isinstance(content, str) else len(str(message))
+
+
+def count_piece(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
+    """Each message's tokens (module-level: a pool worker runs it by name)."""
+    return count_each(counter, messages)
 
 
 def _anchored(turn: Turn) -> bool:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from compression import EngineState, Message, ToolSchema, chained_digests
+from compression import EngineState, Message, ToolSchema, chained_digests, seen_messages
 from session.config.settings import ModelRule
 from session.identity import Identity
 from session.ports.frontdoor import FrontDoor, WireRequest
@@ -85,7 +85,9 @@ class Turn:
         """This turn with the client messages' chained digests computed (once per request)."""
         if self.digests is not None:
             return self
-        return replace(self, digests=tuple(chained_digests(self.messages)))
+        messages = self.messages
+        digests = chained_digests(messages, digests=seen_messages().digests(messages))
+        return replace(self, digests=tuple(digests))
 
     def with_view(
         self,

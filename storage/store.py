@@ -80,6 +80,7 @@ class SessionStore(Accounts, Tenancy):
             self._write_charges, what="charge", journal=journal, linger_s=linger_s
         )
         self._closed = False
+        self._checkpoints = checkpoints.KeptCheckpoints()  # parsed once, found again by id
         self._session_reads = 0
         self._version_checks = 0
 
@@ -260,7 +261,10 @@ class SessionStore(Accounts, Tenancy):
         """
         if not prefix_digests:
             return None
-        return await self._db.lookup(lambda conn: checkpoints.find(conn, root, prefix_digests))
+        kept = self._checkpoints
+        return await self._db.lookup(
+            lambda conn: checkpoints.find(conn, root, prefix_digests, kept)
+        )
 
     async def live_lineages(self, root: SessionKey) -> list[SessionRecord]:
         """The session's lineages (one live row each), the most recently active first."""

@@ -347,6 +347,14 @@ class TiktokenCounter(_BaseCounter):
             self._cache.put_many(fresh)
         return [n or 0 for n in counts]
 
+    def cached_counts(self, digests: Sequence[str]) -> list[int | None]:
+        """The cached count of each message digest, None where there is none."""
+        return self._cache.get_many(digests)
+
+    def store_counts(self, counts: Sequence[tuple[str, int]]) -> None:
+        """Cache (message digest, tokens) pairs counted elsewhere (a pool worker, a piece)."""
+        self._cache.put_many(counts)
+
     def count_tools(self, tools: Sequence[ToolSchema] | None) -> int:
         if not tools:
             return 0

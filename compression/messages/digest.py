@@ -171,6 +171,17 @@ def message_digest(message: Message | Mapping[str, Any]) -> str:
     return hashlib.sha256(b"".join(_frames(message))).hexdigest()
 
 
+def sized_digest(message: Message | Mapping[str, Any]) -> tuple[str, int]:
+    """`message_digest(message)` and the length of the canonical form it hashed."""
+    if type(message) is dict and len(message) == 2:
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str and content:
+            frames = _plain_frames(role, content)
+            return hashlib.sha256(frames).hexdigest(), len(frames)
+    data = b"".join(_frames(message))
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
 def message_digests(messages: Iterable[Message | Mapping[str, Any]]) -> list[str]:
     """`[message_digest(m) for m in messages]` — compute once, share with the token counter."""
     return [message_digest(m) for m in messages]

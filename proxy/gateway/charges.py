@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from compression import TokenCounter, seen_messages
 from session.conversations import Conversations
-from session.ledger.book import Ledger, full_prompt
+from session.ledger.book import History, Ledger, full_prompt
 from session.ledger.shadow import Shadow, ShadowJob
 from session.ports.frontdoor import Usage
 from session.ports.headers import upstream_request_headers
@@ -41,21 +42,12 @@ class Charges:
         was not streamed)."""
         if self.ledger is None or usage is None or turn.request.passthrough:
             return
-        model = turn.request.model
-        models = self.conversations.models
-        figures = (
-            usage.prompt_tokens,
-            turn.messages,
-            turn.view,
-            turn.request.tools,
-            models.counter(turn.rule, model),
-            turn.tools,
-            turn.with_digests().digests or (),
-        )
-        if len(turn.request.raw) > LARGE_BODY_BYTES:  # counting it would hold the loop up
-            full, history = await asyncio.to_thread(full_prompt, *figures)
+        counter = self.conversations.models.counter(turn.rule, turn.request.model)
+        if len(turn.request.raw) > LARGE_BODY_BYTES:  # hashing, counting would hold the loop up
+            full, history = await asyncio.to_thread(figures_of, turn, usage, counter)
         else:
-            full, history = full_prompt(*figures)
+            full, history = figures_of(turn, usage, counter)
+        model = turn.request.model
         try:
             await self.ledger.request(
                 turn.key,
@@ -81,6 +73,19 @@ class Charges:
         if self.ledger is not None:
             charge = self.ledger.overhead(turn.key, turn.request.model, "recall", usage)
             self.conversations.sessions.spawn(charge)
+
+
+def figures_of(turn: Turn, usage: Usage, counter: TokenCounter) -> tuple[int, History]:
+    """`full_prompt` of the request: its client messages' digests and counts as needed."""
+    return full_prompt(
+        usage.prompt_tokens,
+        turn.messages,
+        turn.view,
+        turn.request.tools,
+        counter,
+        turn.tools,
+        seen_messages().digests(turn.messages),
+    )
 
 
 def shadow_job(turn: Turn, full: int, shown: bytes | None) -> ShadowJob:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -35,7 +36,10 @@ ARCHIVE_BATCH = 1000  # archived rows one statement inserts
 
 
 async def find(
-    conn: Executor, root: SessionKey, prefix_digests: Sequence[str]
+    conn: Executor,
+    root: SessionKey,
+    prefix_digests: Sequence[str],
+    kept: KeptCheckpoints | None = None,
 ) -> Checkpoint | None:
     """The newest checkpoint whose prefix matches: highest prefix_len, then highest id.
 
@@ -46,10 +50,11 @@ async def find(
     prefix_digests[i] is the digest of the client's messages[0..i], so a checkpoint of
     length L matches when prefix_digests[L - 1] equals its digest.
 
-    First one indexed query with the last RECENT_CANDIDATES digests, returning the whole
-    row: the common case. Failing that, the session's checkpoints no longer than the history
-    are walked from the longest down, comparing digests here; only (id, prefix_len, digest)
-    travel, so its cost grows with the session's checkpoint count, not with the history.
+    First one indexed query with the last RECENT_CANDIDATES digests, returning the row less
+    its messages (read once per checkpoint, then found in `kept`): the common case. Failing
+    that, the session's checkpoints no longer than the history are walked from the longest
+    down, comparing digests here; only (id, prefix_len, digest) travel, so its cost grows
+    with the session's checkpoint count, not with the history.
     """
     n = len(prefix_digests)
     lo = max(0, n - RECENT_CANDIDATES)
@@ -66,7 +71,7 @@ async def find(
     }
     row = (await conn.execute(_recent(dialect), params)).first()
     if row is not None and prefix_digests[row.prefix_len - 1] == row.prefix_digest:
-        return _checkpoint(row, root.scope)
+        return await _whole(conn, row, root.scope, kept)
     # Also covers a digest found at another position (digests that are not chained).
     older = (
         select(checkpoints.c.id, checkpoints.c.prefix_len, checkpoints.c.prefix_digest)
@@ -78,12 +83,71 @@ async def find(
     for candidate in await conn.execute(older):
         if prefix_digests[candidate.prefix_len - 1] == candidate.prefix_digest:
             full = await conn.execute(
-                select(checkpoints, sessions_t.c.key.label("session_key"))
+                select(*_LIGHT, sessions_t.c.key.label("session_key"))
                 .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
                 .where(checkpoints.c.id == candidate.id)
             )
-            return _checkpoint(full.one(), root.scope)
+            return await _whole(conn, full.one(), root.scope, kept)
     return None
+
+
+class KeptCheckpoints:
+    """Checkpoints read before, by id, within a budget of their messages' stored bytes.
+
+    A compressed session's every request finds the same checkpoint again; reading its
+    messages (the compressed view: hundreds of KB at a 1M window) and parsing them each time
+    cost more than the rest of the lookup. Checkpoints are immutable once written; an id
+    SQLite gives again after a deletion is told apart by its digest, time and row.
+    """
+
+    def __init__(self, budget_bytes: int = 32 * 1024 * 1024) -> None:
+        self.budget = budget_bytes
+        self._kept: OrderedDict[int, tuple[Checkpoint, int]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, row: Row[Any]) -> Checkpoint | None:
+        kept = self._kept.get(row.id)
+        if kept is None:
+            return None
+        checkpoint = kept[0]
+        same = (checkpoint.prefix_digest, checkpoint.created_at, checkpoint.key)
+        if same != (row.prefix_digest, row.created_at, row.session_key):
+            return None
+        self._kept.move_to_end(row.id)
+        return checkpoint
+
+    def put(self, checkpoint: Checkpoint, size: int) -> None:
+        old = self._kept.pop(checkpoint.id, None)
+        if old is not None:
+            self._bytes -= old[1]
+        if size > self.budget:
+            return
+        self._kept[checkpoint.id] = (checkpoint, size)
+        self._bytes += size
+        while self._bytes > self.budget:
+            self._bytes -= self._kept.popitem(last=False)[1][1]
+
+
+async def _whole(
+    conn: Executor, row: Row[Any], scope: str, kept: KeptCheckpoints | None
+) -> Checkpoint:
+    """The checkpoint of a row read without its messages: from `kept`, else read now."""
+    found = kept.get(row) if kept is not None else None
+    if found is not None:
+        return found
+    heavy = (
+        await conn.execute(
+            select(checkpoints.c.messages, checkpoints.c.sources).where(checkpoints.c.id == row.id)
+        )
+    ).one()
+    checkpoint = _checkpoint(row, scope, heavy.messages, heavy.sources)
+    if kept is not None:
+        kept.put(checkpoint, len(heavy.messages))
+    return checkpoint
+
+
+# The checkpoint's columns less the heavy ones (read once per checkpoint: `KeptCheckpoints`).
+_LIGHT = [c for c in checkpoints.c if c.name not in ("messages", "sources")]
 
 
 @functools.cache
@@ -100,7 +164,7 @@ def _recent(dialect: str) -> Select[Any]:
         listed = func.json_each(bindparam("candidates", type_=String)).table_valued("value")
         matches = checkpoints.c.prefix_digest.in_(select(listed.c.value))
     return (
-        select(checkpoints, sessions_t.c.key.label("session_key"))
+        select(*_LIGHT, sessions_t.c.key.label("session_key"))
         .join(sessions_t, sessions_t.c.id == checkpoints.c.session_id)
         .where(sessions_t.c.scope == bindparam("scope"), sessions_t.c.root_key == bindparam("root"))
         .where(matches)
@@ -111,19 +175,19 @@ def _recent(dialect: str) -> Select[Any]:
     )
 
 
-def _checkpoint(row: Row[Any], scope: str) -> Checkpoint:
+def _checkpoint(row: Row[Any], scope: str, messages: str, sources: str | None) -> Checkpoint:
     return Checkpoint(
         id=row.id,
         scope=scope,
         key=row.session_key,
         prefix_len=row.prefix_len,
         prefix_digest=row.prefix_digest,
-        messages=codec.loads(row.messages),
+        messages=codec.loads(messages),
         tokens_before=row.tokens_before,
         tokens_after=row.tokens_after,
         summary=row.summary,
         created_at=row.created_at,
-        sources=_sources(row.sources),
+        sources=_sources(sources),
     )
 
 

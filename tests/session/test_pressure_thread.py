@@ -69,4 +69,4 @@ def test_a_large_first_seen_view_is_counted_through_the_offload() -> None:
         return small.tokens, large.tokens
 
     assert asyncio.run(run()) == (1000, LARGE_BODY_BYTES + 1)
-    assert calls == ["count_view"]  # the small body is counted on the loop
+    assert calls == ["count_piece"]  # the small body is counted on the loop

@@ -10,23 +10,30 @@ ctxgate's figures must match within 1%, in tokens and in money.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import httpx
 import pytest
 
+from session.pressure import LARGE_BODY_BYTES
 from tests.servers import ProxyServer, settings_for
 from tests.session.ledger.test_shadow import ADMIN, COLOUR, INDENT, MODEL, TOOLS, Agent
-from tests.simulator import InViewModel, Simulator
+from tests.simulator import InViewModel, ModelSpec, Simulator
+from tests.simulator.fixtures import simulator_fixture
 
 PRICE: dict[str, Any] = {"match": MODEL, "input": 2.00, "output": 8.00}
+WINDOW = 1_048_576  # the large bodies' model: they stay under its threshold until compressed
+sim = simulator_fixture(
+    {MODEL: ModelSpec(window=WINDOW, dialect="openai")}, ModelSpec(window=128_000, dialect="openai")
+)
 
 
 class Recorded(Agent):
     """The agent, keeping every body it sent."""
 
-    def __init__(self, proxy: ProxyServer) -> None:
-        super().__init__(proxy, fact_in_tool_output=False)
+    def __init__(self, proxy: ProxyServer, filler_lines: int = 40) -> None:
+        super().__init__(proxy, fact_in_tool_output=False, filler_lines=filler_lines)
         self.sent: list[dict[str, Any]] = []
 
     def step(self, stream: bool = False) -> None:
@@ -35,8 +42,14 @@ class Recorded(Agent):
         super().step(stream)
 
 
-@pytest.mark.parametrize("recall", [True, False])
-def test_savings_match_a_hand_computation(sim: Simulator, db_path: str, recall: bool) -> None:
+@pytest.mark.parametrize(
+    ("recall", "filler_lines", "pool"), [(True, 40, 0), (False, 40, 0), (False, 1500, 2)]
+)
+def test_savings_match_a_hand_computation(
+    sim: Simulator, db_path: str, recall: bool, filler_lines: int, pool: int
+) -> None:
+    """Also with bodies past `LARGE_BODY_BYTES` (figures worked out off the event loop, a
+    first-seen history counted in pieces in the pool)."""
     sim.responder = InViewModel((INDENT, COLOUR))
     settings = settings_for(
         sim.base_url,
@@ -44,9 +57,11 @@ def test_savings_match_a_hand_computation(sim: Simulator, db_path: str, recall: 
         compression={"background": False, "recall": {"enabled": recall}},
         auth={"admin_key": "adm"},
         prices=[PRICE],
+        server={"pool_processes": pool},
+        models=[{"match": "*", "upstream": "sim", "context_length": WINDOW if pool else 128_000}],
     )
     with ProxyServer(settings) as proxy:
-        agent = Recorded(proxy)
+        agent = Recorded(proxy, filler_lines)
         for _ in range(10):
             agent.step()
         agent.compress()
@@ -57,6 +72,8 @@ def test_savings_match_a_hand_computation(sim: Simulator, db_path: str, recall: 
         total = httpx.get(root + "/admin/savings", headers=ADMIN).json()["total"]
     forwarded = [r for r in sim.received if r.is_chat and not r.is_summary]
     assert len(forwarded) == len(agent.sent) == 16
+    large = sum(len(json.dumps(body)) > LARGE_BODY_BYTES for body in agent.sent)
+    assert large == (0 if filler_lines == 40 else 12)
     assert any("ctxgate_recall" in str(r.body.get("tools")) for r in forwarded) == recall
     # By hand: the client's bodies as the simulator would bill them, against what it billed.
     full_prompt = sum(sim.count_prompt_tokens(body) for body in agent.sent)

@@ -57,8 +57,11 @@ def settings(sim: Simulator, db_path: str, **shadow: Any) -> Any:
 class Agent:
     """Resends its whole history; every tool result reports the step done, with filler."""
 
-    def __init__(self, proxy: ProxyServer, fact_in_tool_output: bool) -> None:
+    def __init__(
+        self, proxy: ProxyServer, fact_in_tool_output: bool, filler_lines: int = 40
+    ) -> None:
         self.proxy = proxy
+        self.filler_lines = filler_lines
         self.client = openai.OpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0)
         first = f"Apply the formatting steps one by one. {INDENT.line}."
         if not fact_in_tool_output:
@@ -109,7 +112,7 @@ class Agent:
                 ],
             }
         )
-        output = step_result(self.steps, filler_lines=40)
+        output = step_result(self.steps, filler_lines=self.filler_lines)
         if self.fact_in_tool_output and self.steps == 3:  # mid-history: compressed away
             output = f"{COLOUR.line}\n{output}"
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})

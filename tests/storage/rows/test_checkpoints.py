@@ -287,3 +287,26 @@ async def test_find_agrees_with_a_model(
     found = await store.find_checkpoint(sk, MAIN[:n])
     expected = max(candidates, default=None)
     assert (None if found is None else (found.prefix_len, found.id)) == expected
+
+
+async def test_a_checkpoint_found_again_is_not_read_again(store: SessionStore) -> None:
+    replacement = [{"role": "user", "content": "summary " * 100}]
+    written = await store.commit_compression(commit(SK, DIGESTS, 8, replacement=replacement))
+    first = await store.find_checkpoint(SK, DIGESTS)
+    again = await store.find_checkpoint(SK, DIGESTS)
+    assert first == again == written
+    assert again is first  # kept, not read and parsed again
+
+
+async def test_a_checkpoint_written_in_place_of_a_deleted_one_is_read(
+    store: SessionStore, clock: FakeClock
+) -> None:
+    """SQLite may give a deleted row's id to the next checkpoint: the kept one is not it."""
+    old = await store.commit_compression(commit(SK, DIGESTS, 8))
+    assert await store.find_checkpoint(SK, DIGESTS) == old
+    assert await store.delete_session(SK, keep_totals=False)
+    clock.advance(1)
+    replacement = [{"role": "user", "content": "a new summary"}]
+    new = await store.commit_compression(commit(SK, DIGESTS, 8, replacement=replacement))
+    found = await store.find_checkpoint(SK, DIGESTS)
+    assert found == new and found is not None and found.messages == replacement
