@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from compression import (
+    EMPTY_PREFIX_DIGEST,
     CompressionContext,
     CompressionResult,
     Compressor,
@@ -32,7 +33,6 @@ from compression import (
     TokenCounter,
     Trigger,
     chain_digest,
-    chained_digests,
     message_digest,
     with_handles,
 )
@@ -343,60 +343,87 @@ def _log_outcome(turn: Turn, trigger: str, result: CompressionResult, duration_m
 class DigestMemo:
     """Each recent session's last client messages and their chained digests: a body parsed
     only as far as it grew keeps its earlier messages as the same objects, whose digests need
-    no hashing again."""
+    no hashing again. The own digests of the last request's messages, whatever its session,
+    are kept as well: a body edited from the one parsed before it (a new session of the same
+    agent) holds its other messages as the same objects, and only its chain is new."""
 
     def __init__(self, sessions: int = DIGESTS_KEPT) -> None:
         self.sessions = sessions
-        self._kept: OrderedDict[SessionKey, tuple[Sequence[Message], list[str]]] = OrderedDict()
+        self._kept: OrderedDict[SessionKey, _Kept] = OrderedDict()
+        # id(message) -> (the message, its own digest), for the last request's messages.
+        self._recent: dict[int, tuple[Message, str]] = {}
         self.hashed = 0  # messages hashed (the rest reused)
 
     def chained(self, key: SessionKey, messages: Sequence[Message]) -> list[str]:
         """`chained_digests(messages)`."""
         reused = self._reused(key, messages)
-        return self._keep(key, messages, _extended(reused, messages), len(reused))
+        return self._keep(key, messages, _extended(reused, messages, self._recent))
 
     async def chained_off_loop(self, key: SessionKey, messages: Sequence[Message]) -> list[str]:
         """`chained`, hashing in a thread when there is much to hash: a first-seen history of
         thousands of messages took the event loop for 100 ms and more (the thread yields the
         GIL every switch interval)."""
         reused = self._reused(key, messages)
-        if len(messages) - len(reused) < HASHED_ON_LOOP:
-            digests = _extended(reused, messages)
+        recent = self._recent  # replaced, never changed, by `_keep`: safe to read in a thread
+        if len(messages) - len(reused.chain) < HASHED_ON_LOOP:
+            extended = _extended(reused, messages, recent)
         else:
-            digests = await asyncio.to_thread(_extended, reused, messages)
-        return self._keep(key, messages, digests, len(reused))
+            extended = await asyncio.to_thread(_extended, reused, messages, recent)
+        return self._keep(key, messages, extended)
 
-    def _reused(self, key: SessionKey, messages: Sequence[Message]) -> list[str]:
+    def _reused(self, key: SessionKey, messages: Sequence[Message]) -> _Kept:
         """The kept digests of the leading messages the session's last request held as the
         same objects (the session's entry is taken out: `_keep` puts it back)."""
         earlier = self._kept.pop(key, None)
         if earlier is None:
-            return []
-        before, chain = earlier
+            return _Kept((), [], [])
+        before = earlier.messages
         same, limit = 0, min(len(before), len(messages))
         while same < limit and messages[same] is before[same]:
             same += 1
-        return chain[:same]
+        return _Kept((), earlier.chain[:same], earlier.own[:same])
 
-    def _keep(
-        self, key: SessionKey, messages: Sequence[Message], digests: list[str], reused: int
-    ) -> list[str]:
-        self.hashed += len(messages) - reused
-        self._kept[key] = (list(messages), digests)
+    def _keep(self, key: SessionKey, messages: Sequence[Message], extended: _Extended) -> list[str]:
+        chain, own, hashed = extended
+        self.hashed += hashed
+        self._kept[key] = _Kept(list(messages), chain, own)
         while len(self._kept) > self.sessions:
             self._kept.popitem(last=False)
-        return list(digests)
+        if len(messages) < HASHED_ON_LOOP:
+            self._recent = {id(m): (m, d) for m, d in zip(messages, own, strict=True)}
+        return list(chain)
 
 
-def _extended(reused: list[str], messages: Sequence[Message]) -> list[str]:
-    """The chained digests of `messages`, the first `len(reused)` given."""
-    if not reused:
-        return chained_digests(messages)
-    digests, last = list(reused), reused[-1]
-    for message in messages[len(reused) :]:
-        last = chain_digest(last, message_digest(message))
-        digests.append(last)
-    return digests
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    messages: Sequence[Message]
+    chain: list[str]  # chained digests
+    own: list[str]  # each message's own digest
+
+
+# The chained and the own digests of a list, and how many of its messages were hashed.
+_Extended = tuple[list[str], list[str], int]
+
+
+def _extended(
+    reused: _Kept, messages: Sequence[Message], recent: dict[int, tuple[Message, str]]
+) -> _Extended:
+    """The chained and own digests of `messages`, the first `len(reused.chain)` given, the
+    own digest of a message in `recent` (the very object) taken from there."""
+    chain, own = list(reused.chain), list(reused.own)
+    last = chain[-1] if chain else EMPTY_PREFIX_DIGEST
+    hashed = 0
+    for message in messages[len(chain) :]:
+        known = recent.get(id(message))
+        if known is not None and known[0] is message:
+            digest = known[1]
+        else:
+            digest = message_digest(message)
+            hashed += 1
+        last = chain_digest(last, digest)
+        chain.append(last)
+        own.append(digest)
+    return chain, own, hashed
 
 
 def _origins(turn: Turn) -> Sources:

@@ -43,6 +43,8 @@ class Charges:
             return
         model = turn.request.model
         models = self.conversations.models
+        # The session's last request's digests, reused where its messages are the same objects.
+        turn = await self.conversations.compactor.digested(turn)
         figures = (
             usage.prompt_tokens,
             turn.messages,
@@ -50,7 +52,7 @@ class Charges:
             turn.request.tools,
             models.counter(turn.rule, model),
             turn.tools,
-            turn.with_digests().digests or (),
+            turn.digests or (),
         )
         if len(turn.request.raw) > LARGE_BODY_BYTES:  # counting it would hold the loop up
             full, history = await asyncio.to_thread(full_prompt, *figures)

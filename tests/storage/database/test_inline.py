@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import Select, bindparam, column, select, table
+from sqlalchemy import Engine, Select, bindparam, column, event, select, table
 
 from storage import SessionKey, SessionStore, UsageRecord
 from storage.database import tables
@@ -167,3 +167,27 @@ async def test_lookups_hold_no_read_transaction_that_would_keep_the_wal_growing(
     finally:
         other.close()
     assert busy == 0
+
+
+async def test_a_sessions_compression_switch_is_read_without_sqlalchemys_execution(
+    sqlite_store: SessionStore,
+) -> None:
+    """Every request of a session not seen lately reads its switch: the statement is built
+    once and runs on sqlite3 directly, not through SQLAlchemy's per-statement work."""
+    other = SessionKey("scope-a", "session-2")
+    await sqlite_store.set_compression(SK, True)
+    executed: list[str] = []
+
+    def note(*args: Any) -> None:
+        executed.append(str(args[2]))
+
+    event.listen(Engine, "before_cursor_execute", note)
+    try:
+        for _ in range(2):
+            assert finished_at_once(sqlite_store.compression_off([SK])) == {SK}
+            assert finished_at_once(sqlite_store.compression_off([other])) == set()
+    finally:
+        event.remove(Engine, "before_cursor_execute", note)
+    assert executed == []
+    # Several sessions at once still read through SQLAlchemy, with the same answer.
+    assert await sqlite_store.compression_off([SK, other]) == {SK}
