@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -196,15 +197,20 @@ def simulator_service(run_dir: Path, python: str, script: Path) -> Service:
     )
 
 
-def ctxgate_service(run_dir: Path, upstream: str, context_length: int) -> Service:
+def ctxgate_service(
+    run_dir: Path, upstream: str, context_length: int, compression: dict[str, Any] | None = None
+) -> Service:
+    """ctxgate serving its config in `run_dir`; `compression`: its `compression` section."""
     port = free_port()
-    config = {
+    config: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": port},
         "upstreams": {"sim": {"base_url": upstream, "api_key": API_KEY}},
         "models": [{"match": "*", "upstream": "sim", "context_length": context_length}],
         "storage": {"url": f"sqlite+aiosqlite:///{run_dir}/ctxgate.db"},
         "logging": {"level": "warning"},
     }
+    if compression:
+        config["compression"] = compression
     path = run_dir / "ctxgate.yaml"
     path.write_text(json.dumps(config, indent=2))  # JSON is YAML
     # The interpreter running the benchmark: a worktree without its own .venv works too.
