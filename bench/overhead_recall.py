@@ -57,6 +57,9 @@ SESSION = "bench-recall"
 OFF = "ctxgate-noahead"
 # The history's first turns: what a compression of it archives (its head and tail stay).
 ARCHIVED_TURNS = 30
+# The model's window: the 8K history is past its agent threshold (50%), and the session's
+# compressed view, grown by a turn per round, stays under it for a few hundred rounds.
+WINDOW = 16_384
 
 
 def archived_names(messages: Sequence[dict[str, Any]]) -> list[str]:
@@ -97,13 +100,14 @@ class AskingBodies:
 
 
 async def prepare(client: httpx.AsyncClient, svc: Service, body: bytes) -> dict[str, Any]:
-    """The session's first request, then its compression through the manual API."""
+    """The session's first request, then its compression through the manual API (or the
+    one its first request started, past the agent threshold)."""
     await timed_request(client, svc.chat_url, body, request_headers(SESSION), False)
     root = svc.chat_url.removesuffix("/chat/completions")
     answer = await client.post(f"{root}/sessions/{SESSION}/compress", headers=request_headers(""))
-    if answer.status_code >= 300:
-        raise SystemExit(f"{svc.name}: the compression failed: {answer.status_code} {answer.text}")
     done: dict[str, Any] = answer.json()
+    if answer.status_code >= 300 or not (done.get("compressed") or done.get("checkpoint_id")):
+        raise SystemExit(f"{svc.name}: the session was not compressed: {answer.text}")
     return done
 
 
@@ -170,6 +174,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rounds", type=int, default=150, help="requests per target")
     p.add_argument("--quiet-wait", type=float, default=10.0)
+    p.add_argument(
+        "--context-length",
+        type=int,
+        default=WINDOW,
+        help="the model's window: small enough that the 8K history can be compressed",
+    )
     p.add_argument("--out", help="output stem (default bench/results/overhead-recall)")
     args = p.parse_args(argv)
     run_dir = Path(f"/tmp/bench-overhead/recall-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -178,8 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     script = REPO / "bench" / "overhead.py"
     sim = simulator_service(run_dir, sys.executable, script)
     upstream = sim.chat_url.removesuffix("/chat/completions")
-    on = ctxgate_service(run_dir / "ctxgate", upstream, 1_000_000)
-    off = ctxgate_service(run_dir / OFF, upstream, 1_000_000, {"recall": {"ahead": False}})
+    window = args.context_length
+    on = ctxgate_service(run_dir / "ctxgate", upstream, window)
+    off = ctxgate_service(run_dir / OFF, upstream, window, {"recall": {"ahead": False}})
     off.name = OFF
     services = [sim, floor_service(run_dir, upstream), on, off]
     with running(services, 120.0) as up:

@@ -359,11 +359,19 @@ class SessionStore:
         best, best first, through the database's full-text index (storage.rows.terms says how a
         text is read into terms)."""
 
-        async def found(conn: AsyncConnection) -> list[ArchivedMessage]:
-            spans = await lineages.spans(conn, sk)
-            return await search.search(conn, spans, query, limit)
+        return (await self.search_archive_each(sk, [(query, limit)]))[0]
 
-        return await self._db.read(found)
+    async def search_archive_each(
+        self, sk: SessionKey, queries: Sequence[tuple[str, int]]
+    ) -> list[list[ArchivedMessage]]:
+        """`search_archive` of each (query, limit), in order, in one read: each read through
+        the pool costs more than a search of a small archive."""
+
+        async def found(conn: AsyncConnection) -> list[list[ArchivedMessage]]:
+            spans = await lineages.spans(conn, sk)
+            return [await search.search(conn, spans, query, limit) for query, limit in queries]
+
+        return await self._db.read(found) if queries else []
 
     async def fetch_archived(
         self, sk: SessionKey, positions: Sequence[int]
