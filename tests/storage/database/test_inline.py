@@ -191,3 +191,19 @@ async def test_a_sessions_compression_switch_is_read_without_sqlalchemys_executi
     assert executed == []
     # Several sessions at once still read through SQLAlchemy, with the same answer.
     assert await sqlite_store.compression_off([SK, other]) == {SK}
+
+
+async def test_an_archive_search_needs_no_round_trip_through_a_thread(
+    sqlite_store: SessionStore,
+) -> None:
+    """Recall before asking searches on every turn of a compressed session: on SQLite the
+    lineage's spans and the full-text queries run on the calling thread."""
+    archived = [
+        (1, {"role": "tool", "tool_call_id": "c1", "content": "Ticket ID-7 is blocked."}),
+        (2, {"role": "user", "content": "The lagoon code is LG-31, by the north gate."}),
+    ]
+    await sqlite_store.commit_compression(commit(SK, DIGESTS, 8, archived=archived))
+    queries = [("ID-7", 2), ("LG-31", 2), ("where is the north gate?", 5)]
+    found = finished_at_once(sqlite_store.search_archive_each(SK, queries))
+    assert [[hit.position for hit in hits] for hits in found] == [[1], [2], [2]]
+    assert found == [await sqlite_store.search_archive(SK, q, n) for q, n in queries]

@@ -348,7 +348,8 @@ async def test_several_searches_take_one_read_and_answer_as_each_alone(
     store: SessionStore,
 ) -> None:
     """Recall before asking looks up every name of a turn and its question: one read of the
-    database for all of them (a read through the pool costs more than a small search)."""
+    database for all of them (a read through the pool costs more than a small search; on
+    SQLite none goes through it)."""
     await archived_store(store)
     queries = [("ID-7", 2), ("config.py", 2), ("nothing-like-it", 2), ("which gate is it?", 5)]
     alone = [await store.search_archive(SK, q, n) for q, n in queries]
@@ -363,5 +364,5 @@ async def test_several_searches_take_one_read_and_answer_as_each_alone(
     finally:
         event.remove(Pool, "checkout", note)
     assert together == alone and [len(hits) for hits in together][:3] == [1, 1, 0]
-    assert len(checkouts) == 1
+    assert len(checkouts) <= 1
     assert await store.search_archive_each(SK, []) == []
