@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -89,10 +90,14 @@ UPSTREAM_KEEP_ALIVE_S = 120
 # Below the 5 s after which uvicorn (every proxy here runs on it) closes an idle connection, so
 # the client never reuses one the server is closing; above it, a ReadError now and then.
 CLIENT_KEEP_ALIVE_S = 3.0
-PROFILE_RATE = 200  # samples/s: low enough that py-spy barely slows the process down
+# samples/s: low enough that py-spy barely slows the process down (BENCH_PYSPY_RATE for more)
+PROFILE_RATE = int(os.environ.get("BENCH_PYSPY_RATE", "200"))
 PROFILE_CASES = (  # (name, size, bodies, stream)
     ("8k-nonstream", "8k", "same", False),
     ("8k-stream", "8k", "same", True),
+    ("8k-fresh-nonstream", "8k", "fresh", False),
+    ("8k-novel-nonstream", "8k", "novel", False),
+    ("8k-growing-nonstream", "8k", "growing", False),
     ("64k-nonstream", "64k", "same", False),
     ("64k-stream", "64k", "same", True),
     ("64k-fresh-nonstream", "64k", "fresh", False),

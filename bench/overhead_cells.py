@@ -7,7 +7,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -21,6 +21,11 @@ QUIET_CORES = 0.15  # other processes' CPU use (in cores) under which a cell may
 # next target's sample or on its own next one, on a 2-CPU machine where the client and the
 # upstream take the other CPU.
 GAP_S = 0.002
+# CPU is read at the end of each of this many blocks of a cell's rounds: each block's CPU per
+# request of a proxy, divided by the floor's over the same interleaved rounds, is one paired
+# ratio, and the median of a cell's ratios is the figure a slow spell of the machine does not
+# decide.
+CPU_BLOCKS = 5
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class CellResult:
     foreign_before: float  # the same, in the second before the cell started
     load: tuple[float, float]  # 1-minute load average before and after
     wall_s: float
+    # (rounds, CPU seconds by target) of each block of the cell's rounds, in order.
+    cpu_blocks: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
 
 async def _round(
@@ -113,16 +120,32 @@ async def run_cell(
     machine0, own0 = machine_cpu_s(), own_cpu_s(listed)
     load0, wall0 = os.getloadavg()[0], time.perf_counter()
     orders = round_orders(targets)
+    ends = block_ends(cell.rounds, CPU_BLOCKS)
+    blocks: list[tuple[int, dict[str, float]]] = []
+    mark, start = dict(cpu0), 0
     for r in range(cell.rounds):
         order = orders[r % len(orders)]
         for target, got in (await _round(client, cell, urls, order, bodies, gap_s)).items():
             samples[target].extend(v if isinstance(v, float) else math.nan for v in got)
             errors[target].extend(v for v in got if isinstance(v, str))
+        if r + 1 in ends:
+            now = {n: svc.cpu_seconds() for n, svc in services.items()}
+            blocks.append((r + 1 - start, {n: now[n] - mark[n] for n in now}))
+            mark, start = now, r + 1
     wall = time.perf_counter() - wall0
-    cpu = {n: svc.cpu_seconds() - cpu0[n] for n, svc in services.items()}
+    cpu = {n: mark[n] - cpu0[n] for n in services}
     foreign = (machine_cpu_s() - machine0) - (own_cpu_s(listed) - own0)
     load = (load0, os.getloadavg()[0])
-    return CellResult(cell, samples, errors, cpu, max(0.0, foreign) / wall, quiet, load, wall)
+    return CellResult(
+        cell, samples, errors, cpu, max(0.0, foreign) / wall, quiet, load, wall, blocks
+    )
+
+
+def block_ends(rounds: int, blocks: int) -> set[int]:
+    """The rounds (counted from 1) after which a block of a cell's rounds ends: `blocks`
+    blocks as even as `rounds` allows, never an empty one, the last ending with the cell."""
+    count = max(1, min(blocks, rounds))
+    return {rounds * (i + 1) // count for i in range(count)}
 
 
 def merged(parts: Sequence[CellResult]) -> CellResult:
@@ -142,4 +165,5 @@ def merged(parts: Sequence[CellResult]) -> CellResult:
         foreign_before=max(p.foreign_before for p in parts),
         load=(first.load[0], parts[-1].load[1]),
         wall_s=wall,
+        cpu_blocks=[block for p in parts for block in p.cpu_blocks],
     )

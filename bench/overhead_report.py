@@ -26,6 +26,7 @@ FRESH_RATIO_TARGET = 2.0  # a body no session has seen (fresh or novel)
 FLOOR_ABOVE_TARGET_MS = 1.5
 # The floors: the verdicts are against the faster of them in each cell.
 FLOORS = ("floor-aiohttp", "floor")
+CPU_RATIO_TARGET = 1.2  # ctxgate's CPU per request over the httpx floor's, one client
 FLOOR_RATIO_MIN_MS = 0.05  # below this the floor's added p50 is noise: no ratio
 REFERENCE = {  # figures published elsewhere: 8K sequential, 64K sequential, streaming
     "headroom": (4.8, 6.5, 18.0),
@@ -72,8 +73,15 @@ def summarize(result: CellResult) -> dict[str, Any]:
             paired = [a - b for a, b in zip(ms, base, strict=True)]
             stats["paired_p50"] = percentile(paired, 50)
             stats["paired_p90"] = percentile(paired, 90)
-        served = requests * (len(result.samples) if target == "direct" else 1)
+        share = len(result.samples) if target == "direct" else 1  # the upstream serves all
+        served = requests * share
         stats["cpu_ms_per_request"] = 1000 * result.cpu_s[target] / max(1, served)
+        stats["cpu_ms_blocks"] = [
+            1000 * cpu[target] / max(1, rounds * result.cell.clients * share)
+            for rounds, cpu in result.cpu_blocks
+        ]
+        if stats["cpu_ms_blocks"]:
+            stats["cpu_ms_median"] = percentile(stats["cpu_ms_blocks"], 50)
         out["targets"][target] = stats
     _relate_to_floor(out["targets"])
     return out
@@ -106,8 +114,18 @@ def _relate(stats: dict[str, Any], floor: dict[str, Any], prefix: str) -> None:
         stats["added_p50"] / base if base >= FLOOR_RATIO_MIN_MS else math.nan
     )
     stats[f"above_{prefix}_p50"] = stats["p50"] - floor["p50"]
+    stats[f"{prefix}_ratio_cpu"] = cpu_ratio(stats, floor)
+
+
+def cpu_ratio(stats: dict[str, Any], floor: dict[str, Any]) -> float:
+    """A proxy's CPU per request over the floor's: the median of the ratios of the blocks of
+    rounds both served interleaved, else of the whole cell's."""
+    pairs = zip(stats.get("cpu_ms_blocks", []), floor.get("cpu_ms_blocks", []), strict=True)
+    ratios = [mine / theirs for mine, theirs in pairs if theirs > 0]
+    if ratios:
+        return percentile(ratios, 50)
     cpu = floor["cpu_ms_per_request"]
-    stats[f"{prefix}_ratio_cpu"] = stats["cpu_ms_per_request"] / cpu if cpu else math.nan
+    return stats["cpu_ms_per_request"] / cpu if cpu else math.nan
 
 
 def target_for(cell: Cell) -> float:
@@ -197,6 +215,7 @@ def markdown(
         ]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", *floor_markdown(summaries, peers)]
+    lines += ["", *cpu_markdown(summaries, peers)]
     lines += ["", "## Paired differences, CPU per request, other load", ""]
     lines += [
         "Paired: median and p90 of (proxy - direct) per round and client. CPU: the proxy "
@@ -251,6 +270,62 @@ def floor_markdown(summaries: list[dict[str, Any]], peers: list[str]) -> list[st
             row.append(_vs_floor(ctx, "best") + which)
         lines.append("| " + " | ".join(row + [_floor_verdict(summary)]) + " |")
     return lines
+
+
+def cpu_markdown(summaries: list[dict[str, Any]], peers: list[str]) -> list[str]:
+    """CPU per request of every server, and each proxy's against the httpx floor: the
+    median over the cell's blocks of rounds, with the blocks' range."""
+    if "floor" not in peers:
+        return []
+    others = [p for p in peers if p != "floor"]
+    head = ["cell", "load 1 min before / after", "floor CPU ms", "floor-aiohttp CPU ms"]
+    head += [f"{p} CPU ms (x floor: median [range])" for p in others if p != "floor-aiohttp"]
+    head += ["ctxgate target (CPU, one client)"]
+    lines = [
+        "## CPU per request (ms of the server's processes and threads, medians of blocks)",
+        "",
+        f"Each cell's rounds fall in blocks of {{blocks}}; a server's CPU per request is read per "
+        "block (every thread and child process, to the nanosecond), the ratio to the httpx "
+        "floor's is taken per block (the same interleaved rounds) and the median of those "
+        f"ratios is the figure. Target: ctxgate at most {CPU_RATIO_TARGET:g}x the floor with "
+        "one client.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    blocks = 0
+    for summary in summaries:
+        targets = summary["targets"]
+        blocks = max(blocks, len(targets["floor"].get("cpu_ms_blocks", [])))
+        load = " / ".join(f"{v:.2f}" for v in summary["load1"])
+        row = [summary["cell"], load, _cpu(targets["floor"]), _cpu(targets.get("floor-aiohttp"))]
+        for name in others:
+            if name == "floor-aiohttp":
+                continue
+            stats = targets.get(name)
+            row.append("not run" if stats is None else _cpu_vs_floor(stats, targets["floor"]))
+        ctx = targets.get("ctxgate")
+        if ctx is None or summary["clients"] > 1:
+            row.append("—")
+        else:
+            met = ctx.get("floor_ratio_cpu", math.nan) <= CPU_RATIO_TARGET
+            row.append(f"≤ {CPU_RATIO_TARGET:g}x: {'met' if met else 'MISSED'}")
+        lines.append("| " + " | ".join(row) + " |")
+    lines[2] = lines[2].replace("{blocks}", f"up to {blocks} per pass")
+    return lines
+
+
+def _cpu(stats: dict[str, Any] | None) -> str:
+    if stats is None:
+        return "not run"
+    return _fmt(stats.get("cpu_ms_median", stats["cpu_ms_per_request"]), 3)
+
+
+def _cpu_vs_floor(stats: dict[str, Any], floor: dict[str, Any]) -> str:
+    pairs = zip(stats.get("cpu_ms_blocks", []), floor.get("cpu_ms_blocks", []), strict=True)
+    ratios = [mine / theirs for mine, theirs in pairs if theirs > 0]
+    spread = f" [{min(ratios):.2f}–{max(ratios):.2f}]" if ratios else ""
+    return f"{_cpu(stats)} ({_fmt(stats.get('floor_ratio_cpu'))}x{spread})"
 
 
 def _vs_floor(stats: dict[str, Any] | None, prefix: str) -> str:

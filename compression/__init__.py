@@ -40,7 +40,12 @@ from compression.engine import (
     Trigger,
 )
 from compression.messages.content import content_text
-from compression.messages.digest import chain_digest, chained_digests, message_digest
+from compression.messages.digest import (
+    EMPTY_PREFIX_DIGEST,
+    chain_digest,
+    chained_digests,
+    message_digest,
+)
 from compression.messages.toolpairs import sanitize_tool_pairs, tool_calls_of
 from compression.messages.types import (
     ContentPart,
@@ -76,6 +81,7 @@ from compression.verbatim.preamble import preamble_end, system_end
 
 __all__ = [
     "ABORT_CLASSES",
+    "EMPTY_PREFIX_DIGEST",
     "ENGINES",
     "FAILURE_CLASSES",
     "IMAGE_PARTS",

@@ -56,7 +56,10 @@ from proxy.doors.bodies import JsonObject
 log = logging.getLogger("ctxgate.doors")
 
 BUDGET_BYTES = 16 * 1024 * 1024  # raw bytes of the bodies kept; parsed they take ~3x that
-SMALLEST_BYTES = 32 * 1024  # below this a full parse costs next to nothing
+# Below this a full parse costs less than keeping the body. An 8K-token agent history is 20-35
+# KB: kept, its turns are parsed alone and its earlier messages stay the same objects, whose
+# digests are then not computed again (session.compaction.DigestMemo).
+SMALLEST_BYTES = 8 * 1024
 KEY_BYTES = 512  # conversations are told apart by their opening bytes...
 PER_KEY = 4  # ...and several may share an opening (one agent, one system prompt)
 FOREIGN_KEYS = 4096

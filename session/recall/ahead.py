@@ -205,23 +205,28 @@ class Foresight:
             return None
         counter = self.counter(turn)
         chosen: dict[int, str] = {}
+        names = [n for n in newest_names(turn.messages) if n not in told]
+        asked = question(turn.messages)
+        queries = [(name, 2) for name in names]
+        if asked is not None:
+            queries.append((asked, _QUESTION_HITS))
         try:
-            for name in (n for n in newest_names(turn.messages) if n not in told):
-                for found in await self.store.search_archive(turn.key, name, 2):
-                    text = content_text(cast(Message, found.message))
-                    if name in text and found.position not in chosen:
-                        chosen[found.position] = passage(found, name)
-                        break
-            asked = question(turn.messages)
-            if asked is not None and len(chosen) < _PASSAGES:
-                terms = search_terms(asked).distinct()
-                hits = await self.store.search_archive(turn.key, asked, _QUESTION_HITS)
-                best = strongest(hits, terms)
-                if best is not None:
-                    chosen.setdefault(best.position, passage(best, terms))
+            # One read for all of them: each read through the pool costs more than the search.
+            results = await self.store.search_archive_each(turn.key, queries)
         except StorageError as exc:
             log.warning("session %s: recall before asking could not search: %s", turn.key.key, exc)
             return None
+        for name, hits in zip(names, results, strict=False):
+            for found in hits:
+                text = content_text(cast(Message, found.message))
+                if name in text and found.position not in chosen:
+                    chosen[found.position] = passage(found, name)
+                    break
+        if asked is not None and len(chosen) < _PASSAGES:
+            terms = search_terms(asked).distinct()
+            best = strongest(results[-1], terms)
+            if best is not None:
+                chosen.setdefault(best.position, passage(best, terms))
         kept: list[tuple[str, str]] = []
         used = counter.count_text(OPEN + CLOSE)
         for position, text in list(chosen.items())[:_PASSAGES]:

@@ -11,11 +11,12 @@ those positions (and, further up, what that row inherited). A session keeps at m
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, and_, delete, desc, func, or_, select
+from sqlalchemy import ColumnElement, and_, bindparam, delete, desc, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage import codec
 from storage.database.db import upsert
+from storage.database.inline import Executor
 from storage.database.tables import archived_messages, sessions
 from storage.records import Fork, SessionKey, SessionRecord
 from storage.rows.sessions import fork_pattern, get, new_row, record_from_row, where_key
@@ -93,7 +94,14 @@ async def _delete_chain(conn: AsyncConnection, sk: SessionKey, root: SessionKey)
         key = parent
 
 
-async def spans(conn: AsyncConnection, sk: SessionKey) -> list[Span]:
+# One hop of `spans`, built once: on SQLite it then runs without SQLAlchemy's per-statement
+# work (storage.database.inline), on every search of the archive.
+_HOP = select(sessions.c.id, sessions.c.parent_key, sessions.c.fork_of, sessions.c.fork_len).where(
+    sessions.c.scope == bindparam("scope"), sessions.c.key == bindparam("key")
+)
+
+
+async def spans(conn: Executor, sk: SessionKey) -> list[Span]:
     """The rows whose originals make up the lineage's archive, newest first: its own and
     those it rotated from whole; those it forked from below the fork's length."""
     found: list[Span] = []
@@ -101,13 +109,7 @@ async def spans(conn: AsyncConnection, sk: SessionKey) -> list[Span]:
     key: str | None = sk.key
     cap: int | None = None
     while key is not None and len(found) < _MAX_HOPS:
-        row = (
-            await conn.execute(
-                select(
-                    sessions.c.id, sessions.c.parent_key, sessions.c.fork_of, sessions.c.fork_len
-                ).where(where_key(SessionKey(sk.scope, key)))
-            )
-        ).first()
+        row = (await conn.execute(_HOP, {"scope": sk.scope, "key": key})).first()
         if row is None or row.id in seen:
             break
         seen.add(row.id)

@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Boolean, Column, Connection, Double, String, Table, delete, or_, select
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    Double,
+    String,
+    Table,
+    bindparam,
+    delete,
+    or_,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.database.db import upsert
@@ -35,10 +46,23 @@ def _where(sk: SessionKey) -> object:
     return (session_switches.c.scope == sk.scope) & (session_switches.c.key == sk.key)
 
 
+# One session's switch, built once: every request of a session not seen lately reads it, and
+# a statement built once runs on SQLite without SQLAlchemy's per-statement work
+# (storage.database.inline).
+_ONE_OFF = select(session_switches.c.scope, session_switches.c.key).where(
+    session_switches.c.compression_off,
+    session_switches.c.scope == bindparam("scope"),
+    session_switches.c.key == bindparam("key"),
+)
+
+
 async def compression_off(conn: Executor, keys: Sequence[SessionKey]) -> set[SessionKey]:
     """Those of `keys` whose compression is switched off."""
     if not keys:
         return set()
+    if len(keys) == 1:
+        rows = await conn.execute(_ONE_OFF, {"scope": keys[0].scope, "key": keys[0].key})
+        return {SessionKey(r.scope, r.key) for r in rows}
     stmt = select(session_switches.c.scope, session_switches.c.key).where(
         session_switches.c.compression_off,
         or_(*(_where(sk) for sk in keys)),  # type: ignore[arg-type]

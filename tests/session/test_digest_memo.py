@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compression import Message, chained_digests
+from compression import Message, chained_digests, seen_messages
 from session.compaction import HASHED_ON_LOOP, DigestMemo
 from storage import SessionKey
 
@@ -80,3 +80,21 @@ def test_a_long_first_seen_history_is_hashed_off_the_event_loop() -> None:
     assert asyncio.run(memo.chained_off_loop(KEY, grown)) == expected_grown
     assert memo.hashed - before == 1
     assert _Watched.threads == {loop_thread}
+
+
+def test_a_body_edited_from_the_one_before_hashes_only_its_edit() -> None:
+    """A new session whose body is the last request's with one message edited (the same
+    objects around it, as a body parsed as an edit of the one before keeps them): only the
+    edited message is hashed, whatever session sent the body before."""
+    memo, seen = DigestMemo(), seen_messages()
+    body: list[Message] = [{"role": "user", "content": f"m{i}"} for i in range(50)]
+    memo.chained(KEY, body)
+    edited: list[Message] = [body[0], {"role": "user", "content": "m1, edited"}, *body[2:]]
+    before = seen.hashed
+    assert memo.chained(OTHER, edited) == chained_digests(edited)
+    assert seen.hashed - before == 1
+    # Equal content in new objects is hashed again: identity, not equality, is what is kept.
+    copied: list[Message] = [dict(m) for m in edited]  # type: ignore[misc]
+    before = seen.hashed
+    assert memo.chained(SessionKey("scope", "s3"), copied) == chained_digests(copied)
+    assert seen.hashed - before == len(copied)

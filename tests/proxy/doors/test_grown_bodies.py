@@ -441,3 +441,23 @@ def test_an_edited_body_counts_its_image_parts_exactly() -> None:
     assert parse_chat_request(body({}, edited, {}), cache).image_marks == 2
     grown = [*edited, anthropic_like]
     assert parse_chat_request(body({}, grown, {}), cache).image_marks == 3
+
+
+def test_an_agents_small_history_that_grew_keeps_its_parsed_messages() -> None:
+    """An 8K-token agent history is 20-35 KB of JSON: a turn added to it is parsed alone,
+    and the earlier messages are the very objects parsed before (their digests are kept by
+    identity: see session.compaction.DigestMemo)."""
+    cache = GrownBodies("messages")  # the server's own threshold
+    turns = [
+        {"role": "user" if i % 2 else "assistant", "content": f"Step {i}: " + "word " * 200}
+        for i in range(1, 13)
+    ]
+    first = body({}, turns, {})
+    assert 9 * 1024 < len(first) < 32 * 1024
+    before = parse_chat_request(first, cache).messages
+    cache.settle()
+    grown = body({}, [*turns, {"role": "assistant", "content": "Done."}], {})
+    assert cache.find(grown) is not None
+    after = parse_chat_request(grown, cache).messages
+    assert after == orjson.loads(grown)["messages"]
+    assert all(a is b for a, b in zip(after, before, strict=False))

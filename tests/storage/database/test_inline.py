@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import Select, bindparam, column, select, table
+from sqlalchemy import Engine, Select, bindparam, column, event, select, table
 
 from storage import SessionKey, SessionStore, UsageRecord
 from storage.database import tables
@@ -167,3 +167,43 @@ async def test_lookups_hold_no_read_transaction_that_would_keep_the_wal_growing(
     finally:
         other.close()
     assert busy == 0
+
+
+async def test_a_sessions_compression_switch_is_read_without_sqlalchemys_execution(
+    sqlite_store: SessionStore,
+) -> None:
+    """Every request of a session not seen lately reads its switch: the statement is built
+    once and runs on sqlite3 directly, not through SQLAlchemy's per-statement work."""
+    other = SessionKey("scope-a", "session-2")
+    await sqlite_store.set_compression(SK, True)
+    executed: list[str] = []
+
+    def note(*args: Any) -> None:
+        executed.append(str(args[2]))
+
+    event.listen(Engine, "before_cursor_execute", note)
+    try:
+        for _ in range(2):
+            assert finished_at_once(sqlite_store.compression_off([SK])) == {SK}
+            assert finished_at_once(sqlite_store.compression_off([other])) == set()
+    finally:
+        event.remove(Engine, "before_cursor_execute", note)
+    assert executed == []
+    # Several sessions at once still read through SQLAlchemy, with the same answer.
+    assert await sqlite_store.compression_off([SK, other]) == {SK}
+
+
+async def test_an_archive_search_needs_no_round_trip_through_a_thread(
+    sqlite_store: SessionStore,
+) -> None:
+    """Recall before asking searches on every turn of a compressed session: on SQLite the
+    lineage's spans and the full-text queries run on the calling thread."""
+    archived = [
+        (1, {"role": "tool", "tool_call_id": "c1", "content": "Ticket ID-7 is blocked."}),
+        (2, {"role": "user", "content": "The lagoon code is LG-31, by the north gate."}),
+    ]
+    await sqlite_store.commit_compression(commit(SK, DIGESTS, 8, archived=archived))
+    queries = [("ID-7", 2), ("LG-31", 2), ("where is the north gate?", 5)]
+    found = finished_at_once(sqlite_store.search_archive_each(SK, queries))
+    assert [[hit.position for hit in hits] for hits in found] == [[1], [2], [2]]
+    assert found == [await sqlite_store.search_archive(SK, q, n) for q, n in queries]

@@ -10,8 +10,9 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.pool import Pool
 
 from storage import SessionKey, SessionStore
 from storage.database.db import Database
@@ -341,3 +342,27 @@ async def test_an_archive_larger_than_a_batch_is_stored_and_found_whole(
     assert await positions(store, "ZX-00000") == [1]
     assert await positions(store, f"ZX-{count - 1:05d}") == [count]
     assert await positions(store, f"ZX-{ARCHIVE_BATCH:05d}") == [ARCHIVE_BATCH + 1]
+
+
+async def test_several_searches_take_one_read_and_answer_as_each_alone(
+    store: SessionStore,
+) -> None:
+    """Recall before asking looks up every name of a turn and its question: one read of the
+    database for all of them (a read through the pool costs more than a small search; on
+    SQLite none goes through it)."""
+    await archived_store(store)
+    queries = [("ID-7", 2), ("config.py", 2), ("nothing-like-it", 2), ("which gate is it?", 5)]
+    alone = [await store.search_archive(SK, q, n) for q, n in queries]
+    checkouts: list[object] = []
+
+    def note(*args: object) -> None:
+        checkouts.append(args[0])
+
+    event.listen(Pool, "checkout", note)
+    try:
+        together = await store.search_archive_each(SK, queries)
+    finally:
+        event.remove(Pool, "checkout", note)
+    assert together == alone and [len(hits) for hits in together][:3] == [1, 1, 0]
+    assert len(checkouts) <= 1
+    assert await store.search_archive_each(SK, []) == []
