@@ -11,12 +11,16 @@ each was seen, newest first:
     - tools: ZeroDivisionError — File "/repo/src/app.py", line 9, in total: ZeroDivisionError
 
 `user` = written by the user; `agent` = used in the assistant's text or tool-call arguments
-(what the conversation acted on); `tools` = only seen in tool output. A name alone says little:
-each anchor comes with the line it was found on (`key: value`, `id — what it is`), cut to
-`MAX_GLOSS_CHARS`, within half as many tokens again as the names take (the best-ranked anchors get
-theirs first); neighbours found on the same line share it. Within a tier the working set's
-entities come first (see `compression.verbatim.workingset`), then the newest. Everything here
-is pure.
+(what the conversation acted on); `tools` = only seen in tool output. A name alone says little,
+so no anchor is written bare: the best-ranked come with the line they were found on (`key: value`,
+`id — what it is`), cut to `MAX_GLOSS_CHARS`; every other one with its label, the key it was the
+value of (`reservation_id`, `flight_number`) or the words before it on its line, or else its kind
+(`file`, `error`, `url`, `id`). Anchors of one tier with the same label share one line:
+
+    - tools: HAT009, HAT013, HAT017 — flight_number
+
+Within a tier the working set's entities come first (see `compression.verbatim.workingset`),
+then the newest. Everything here is pure.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+from compression.verbatim.commands import parse_command, render_commands
 
 TIERS = ("user", "agent", "tools")
 TIER_SHARES = (0.4, 0.3, 0.3)  # of the anchor budget, before leftovers flow down the tiers
@@ -36,6 +42,8 @@ SCAN_CHARS_PER_TIER = 30_000  # newest first; bounds the work on huge regions (~
 MAX_GLOSS_CHARS = 100  # of the line that says what an anchor is
 GLOSS = " — "
 GLOSS_SHARE = 0.5  # of the anchors' budget, what their lines may take besides
+MAX_LABEL_CHARS = 32
+LABEL_SCAN_CHARS = 80  # of the line before an anchor, where its key or describing words are
 
 _CODE_EXTENSIONS = (
     "py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|cfg|ini|conf|txt|md|rst|c|h|cc|cpp|hpp|go|rs|"
@@ -56,6 +64,13 @@ _CODE = re.compile(r"[A-Z0-9]{5,16}")
 _HEX = re.compile(r"[0-9a-f]{7,64}")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _LETTER = re.compile(r"[A-Za-z]")
+_KEY = re.compile(r"([A-Za-z_][\w.-]{1,40})[\"']?\s*[:=]")  # "key": value, key=value, Key: value
+_WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z_-]+(?![\w-])")  # whole words, not an id's letters
+_STOP_WORDS = frozenset(
+    "a an and are as at be by for from has have in is it its my of on or our that the their "
+    "this to was were will with you your".split()
+)
+_NOT_KEYS = frozenset(("http", "https", "ftp", "file"))
 _DIGIT = re.compile(r"\d")
 
 
@@ -67,6 +82,7 @@ class AnchorIndex:
     agent: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     meaning: tuple[tuple[str, str], ...] = ()  # (anchor, the line that says what it is)
+    commands: tuple[str, ...] = ()  # what the agent ran, newest first
 
     def glosses(self) -> dict[str, str]:
         return dict(self.meaning)
@@ -75,7 +91,7 @@ class AnchorIndex:
         return (self.user, self.agent, self.tools)
 
     def __bool__(self) -> bool:
-        return bool(self.user or self.agent or self.tools)
+        return bool(self.user or self.agent or self.tools or self.commands)
 
 
 def find_anchors(text: str) -> tuple[str, ...]:
@@ -108,6 +124,44 @@ def gloss(text: str, value: str) -> str:
         )
     line = " ".join(line.replace(GLOSS.strip(), "-").split())
     return "" if len(line) <= len(value) + 3 else line
+
+
+def label(line: str, value: str) -> str:
+    """A few words that say what `value` is, read off `line` (the text it was found on): the
+    key it is the value of, else the words just before it, else its kind. Never empty."""
+    at = line.find(value)
+    if at >= 0:
+        before = line[max(0, line.rfind("\n", 0, at) + 1, at - LABEL_SCAN_CHARS) : at]
+        keys: list[str] = [
+            k for k in _KEY.findall(before) if k.lower() not in _NOT_KEYS and k != value
+        ]
+        if keys:
+            return keys[-1][:MAX_LABEL_CHARS]
+        if kind(value) != "id":  # a path, an error, a URL: its kind says more than loose words
+            return kind(value)
+        words: list[str] = [w for w in _WORD.findall(before)[-5:] if w.lower() not in _STOP_WORDS]
+        if words:
+            return " ".join(words[-2:])[:MAX_LABEL_CHARS]
+    return kind(value)
+
+
+def _line_of(text: str, value: str) -> str:
+    at = text.find(value)
+    if at < 0:
+        return ""
+    end = text.find("\n", at)
+    return text[text.rfind("\n", 0, at) + 1 : end if end >= 0 else len(text)]
+
+
+def kind(value: str) -> str:
+    """What an anchor is by its shape alone."""
+    if value.startswith(("http://", "https://")):
+        return "url"
+    if _ERROR.fullmatch(value):
+        return "error"
+    if "/" in value or _FILE.fullmatch(value):
+        return "file" if _EXTENSION.search(value) else "path"
+    return "id"
 
 
 @lru_cache(maxsize=2048)  # keyed by the bounded text; the same turns are scanned again on
@@ -178,6 +232,8 @@ class Collector:
         self._tiers: tuple[dict[str, None], ...] = ({}, {}, {})
         self._scanned = [0, 0, 0]
         self.meaning: dict[str, str] = {}  # each anchor's line, from the text it was taken
+        self.labels: dict[str, str] = {}  # each anchor's label (what it is, in a few words)
+        self.commands: dict[str, None] = {}  # what the agent ran, newest first
 
     def scan(self, tier: int, text: str) -> None:
         """Add the anchors found in `text`, if the tier still wants more."""
@@ -208,6 +264,17 @@ class Collector:
                 self.meaning[value] = line
             elif known is None:
                 self.meaning.pop(value, None)
+            if text:
+                self.labels[value] = label(_line_of(text, value), value)
+            elif line or known is None:
+                # a handoff's line, or its label (a label does not hold the value it names)
+                said = label(line, value) if value in line else line[:MAX_LABEL_CHARS]
+                self.labels[value] = said or kind(value)
+
+    def ran(self, commands: Iterable[str]) -> None:
+        """Commands of an older message (or an earlier handoff's, newest first)."""
+        for command in commands:
+            self.commands.setdefault(command, None)
 
     def wants(self, tier: int) -> bool:
         return len(self._tiers[tier]) < self.per_tier and self._scanned[tier] < SCAN_CHARS_PER_TIER
@@ -226,29 +293,40 @@ def select_anchors(
     present: Callable[[str], bool],
     meaning: Mapping[str, str] | None = None,
     rank: Callable[[str], int] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> AnchorIndex:
-    """Anchors within `budget` tokens, skipping what the view already holds verbatim, and the
-    lines that say what they are within half as much again. `rank` orders each tier (stable: ties
-    stay newest first), the working set's entities first.
+    """Anchors with what they are within `budget` tokens, skipping what the view already holds
+    verbatim, and the lines that say more within half as much again. `rank` orders each tier
+    (stable: ties stay newest first), the working set's entities first.
 
     Each tier first gets its share of the budget; what a tier leaves unused goes to the
-    others in tier order, so a session without user-stated ids spends it on tool ids. The
-    names are chosen first: a line costs five names, and an id the model cannot see at all
-    is worse than one it sees without its line. The lines go to the best-ranked anchors.
+    others in tier order, so a session without user-stated ids spends it on tool ids. An
+    anchor costs its name plus, the first time its tier uses it, its label (`labels`, else its
+    kind): a name the model cannot place says little, while anchors of one kind share a label.
+    The best-ranked anchors then get their whole line instead.
     """
     chosen: list[list[str]] = [[] for _ in TIERS]
     if budget <= 0:
         return AnchorIndex()
     meaning = meaning or {}
+    said = labels or {}
     ordered = [sorted(tier, key=rank) if rank is not None else tier for tier in tiers]
-    queues = [_Queue(tier, present) for tier in ordered]
+    queues = [_Queue(tier, present, said) for tier in ordered]
     left = budget
     for position, share in enumerate(TIER_SHARES):
         left -= queues[position].fill(chosen[position], int(budget * share), count)
     for position in range(len(TIERS)):
         left -= queues[position].fill(chosen[position], left, count)
-    kept = _glossed(chosen, meaning, int(budget * GLOSS_SHARE), count)
-    return AnchorIndex(tuple(chosen[0]), tuple(chosen[1]), tuple(chosen[2]), kept)
+    lines = _glossed(chosen, meaning, int(budget * GLOSS_SHARE) + max(0, left), count)
+    grouped: list[tuple[str, ...]] = []
+    kept: list[tuple[str, str]] = []
+    for tier in chosen:
+        runs: dict[str, list[str]] = {}
+        for value in tier:
+            runs.setdefault(lines.get(value) or said.get(value) or kind(value), []).append(value)
+        grouped.append(tuple(value for run in runs.values() for value in run))
+        kept += [(value, line) for line, run in runs.items() for value in run]
+    return AnchorIndex(grouped[0], grouped[1], grouped[2], tuple(kept))
 
 
 def _glossed(
@@ -256,10 +334,10 @@ def _glossed(
     meaning: Mapping[str, str],
     room: int,
     count: Callable[[str], int],
-) -> tuple[tuple[str, str], ...]:
-    """The lines of the chosen anchors, in order, within `room` tokens; neighbours on one
-    line share it (it is written once)."""
-    kept: list[tuple[str, str]] = []
+) -> dict[str, str]:
+    """The lines of the chosen anchors, best-ranked first, within `room` tokens; neighbours on
+    one line share it (it is written once)."""
+    kept: dict[str, str] = {}
     for tier in chosen:
         previous = ""
         for value in tier:
@@ -271,17 +349,21 @@ def _glossed(
                 else:
                     room -= cost
             if line:
-                kept.append((value, line))
+                kept[value] = line
             previous = line
-    return tuple(kept)
+    return kept
 
 
 class _Queue:
     """One tier's candidates in order; what the view already holds is skipped lazily."""
 
-    def __init__(self, values: Sequence[str], present: Callable[[str], bool]) -> None:
+    def __init__(
+        self, values: Sequence[str], present: Callable[[str], bool], labels: Mapping[str, str]
+    ) -> None:
         self.values = values
         self.present = present
+        self.labels = labels
+        self.used: set[str] = set()  # labels this tier already writes
         self.next = 0
 
     def fill(self, chosen: list[str], allowance: int, count: Callable[[str], int]) -> int:
@@ -292,10 +374,14 @@ class _Queue:
             if self.present(value):
                 self.next += 1
                 continue
+            said = self.labels.get(value) or kind(value)
             cost = count(value + SEPARATOR)
+            if said not in self.used:
+                cost += count(f"{GLOSS}{said}\n- tools: ")
             if used + cost > allowance:
                 break
             chosen.append(value)
+            self.used.add(said)
             used += cost
             self.next += 1
         return used
@@ -315,6 +401,7 @@ def render_anchors(index: AnchorIndex, header: str) -> str:
                 continue
             lines.append(f"- {name}: {SEPARATOR.join(run)}" + (f"{GLOSS}{line}" if line else ""))
             run = []
+    lines += render_commands(index.commands)
     return "\n".join(lines)
 
 
@@ -322,7 +409,12 @@ def parse_anchors(section: str) -> AnchorIndex:
     """The index written by `render_anchors` (the header line already removed)."""
     found: dict[str, list[str]] = {name: [] for name in TIERS}
     meaning: list[tuple[str, str]] = []
+    commands: list[str] = []
     for line in section.splitlines():
+        command = parse_command(line)
+        if command is not None:
+            commands.append(command)
+            continue
         for name in TIERS:
             prefix = f"- {name}: "
             if not line.startswith(prefix):
@@ -332,4 +424,4 @@ def parse_anchors(section: str) -> AnchorIndex:
             found[name] += values
             meaning += [(v, said) for v in values if said]
     tiers = (tuple(found["user"]), tuple(found["agent"]), tuple(found["tools"]))
-    return AnchorIndex(*tiers, meaning=tuple(meaning))
+    return AnchorIndex(*tiers, meaning=tuple(meaning), commands=tuple(commands))

@@ -133,9 +133,19 @@ def test_selection_stays_in_budget_in_order_and_skips_what_is_held(
     chosen = [value for tier in index.tiers() for value in tier]
     assert sum(COUNT(v + SEPARATOR) for v in chosen) <= max(budget, 0)
     assert not set(chosen) & held
+    said = index.glosses()
+    assert set(said) == set(chosen)  # no bare names
     for picked, offered in zip(index.tiers(), tiers, strict=True):
         positions = [offered.index(value) for value in picked]
-        assert positions == sorted(positions)  # a subsequence: newest first is kept
+        for line in {said[value] for value in picked}:
+            # anchors sharing a label are written together, newest first within it
+            group = [p for p, value in zip(positions, picked, strict=True) if said[value] == line]
+            assert group == sorted(group)
+            start = positions.index(group[0])
+            assert positions[start : start + len(group)] == group
+        # everything offered before the last one chosen was chosen (a prefix of the tier)
+        taken = [value for value in offered if value not in held]
+        assert set(picked) == set(taken[: len(picked)])
     assert select_anchors(tiers, budget, COUNT, held.__contains__) == index  # deterministic
 
 
