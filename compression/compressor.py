@@ -343,9 +343,10 @@ def _anchor_room(run: _Pass, budgets: Budgets, after: int, limit: int) -> int:
     threshold) where the assembled view leaves that much under the pass's limit. Where the
     system prompt and tools take most of the threshold, the plan leaves them nothing, while a
     hygiene pass has the room up to its own line: the exact ids of the compacted turns then
-    stay in view instead of only in the archive."""
+    stay in view instead of only in the archive. The view still shrinks by a tenth at least."""
     floor = min(run.options.max_anchor_tokens, int(run.limits.threshold * ANCHOR_FLOOR_SHARE))
-    headroom = int(limit * TARGET_SHARE / run.calibration) - after
+    ceiling = min(int(limit / run.calibration), run.figures.total) * TARGET_SHARE
+    headroom = int(ceiling) - after
     return max(0, min(floor - budgets.anchors, headroom))
 
 

@@ -6,11 +6,14 @@ from hypothesis import strategies as st
 from compression.summary.handoff import Handoff, parse_handoff, render_handoff
 from compression.summary.prompts import ANCHORS_HEADER
 from compression.verbatim.anchors import (
+    GLOSS,
+    MAX_LABEL_CHARS,
     SCAN_HEAD_CHARS,
     SEPARATOR,
     AnchorIndex,
     Collector,
     find_anchors,
+    label,
     parse_anchors,
     render_anchors,
     select_anchors,
@@ -245,3 +248,55 @@ def test_any_index_with_meaning_round_trips(
 
 def seen(tiers: tuple[list[str], ...], upto: int) -> set[str]:
     return {v for tier in tiers[:upto] for v in tier}
+
+
+# --- no bare names: a label for every anchor without its line ------------------------------
+
+
+def test_a_label_is_the_key_the_words_before_or_the_kind() -> None:
+    record = (
+        '{"reservation_id": "4BMN53", "user_id": "mia_li_3668", '
+        '"flights": [{"flight_number": "HAT009"'
+    )
+    cases = [
+        (record, "mia_li_3668", "user_id"),
+        (record, "HAT009", "flight_number"),
+        ('"reservations": ["AB12CD", "XY34ZZ"]', "XY34ZZ", "reservations"),
+        ("max_retry_ms=3000 for worker_pool_7", "worker_pool_7", "max_retry_ms"),
+        ("Your reservation 4BMN53 is confirmed", "4BMN53", "reservation"),
+        ("see https://x.org/a_12345 for more", "https://x.org/a_12345", "url"),
+        ("/repo/src/app.py", "/repo/src/app.py", "file"),
+        ("raised ZeroDivisionError", "ZeroDivisionError", "error"),
+        ("4BMN53", "4BMN53", "id"),
+        ("the old HAT083 or the HAT097", "HAT097", "old"),  # an id's letters are no word
+    ]
+    assert [label(line, value) for line, value, _ in cases] == [said for *_, said in cases]
+
+
+@given(st.text(max_size=200), st.integers(0, 200), st.integers(1, 20))
+def test_a_label_is_never_empty_and_fits_one_gloss(text: str, at: int, size: int) -> None:
+    value = text[at : at + size] or "x_0001"
+    said = label(text, value)
+    assert said and len(said) <= MAX_LABEL_CHARS
+    assert "\n" not in said and GLOSS not in said
+
+
+def test_a_listing_of_records_says_what_each_id_is_on_shared_lines() -> None:
+    """Tool output of 40 flight records: the best-ranked id keeps its whole line, every other
+    one is written with its key, ids of one key on one line; no name is written bare."""
+    listing = "\n".join(
+        f'{{"flight_number": "HAT{n:03d}", "origin": "JFK", "payment_id": "gift_card_{n:07d}"}}'
+        for n in range(40)
+    )
+    collector = Collector(100)
+    collector.scan(2, listing)
+    found = collector.candidates()
+    index = select_anchors(
+        found, 200, COUNT, lambda _: False, collector.meaning, None, collector.labels
+    )
+    lines = render_anchors(index, ANCHORS_HEADER).splitlines()[1:]
+    assert all(GLOSS in line for line in lines)
+    keyed = [line for line in lines if line.endswith((" — flight_number", " — payment_id"))]
+    assert len(keyed) == 2 and all(line.count(SEPARATOR) >= 3 for line in keyed)
+    assert parse_anchors("\n".join(lines)) == index
+    assert len(index.tools) >= 12
