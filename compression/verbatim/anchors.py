@@ -17,7 +17,7 @@ so no anchor is written bare: the best-ranked come with the line they were found
 value of (`reservation_id`, `flight_number`) or the words before it on its line, or else its kind
 (`file`, `error`, `url`, `id`). Anchors of one tier with the same label share one line:
 
-    - tools: HAT009, HAT013, HAT017 — flight_number
+    - tools: flight_number: HAT009, HAT013, HAT017
 
 Within a tier the working set's entities come first (see `compression.verbatim.workingset`),
 then the newest. Everything here is pure.
@@ -41,6 +41,7 @@ SCAN_TAIL_CHARS = 1500  # outcomes and final values at the end
 SCAN_CHARS_PER_TIER = 30_000  # newest first; bounds the work on huge regions (~2 ms a tier)
 MAX_GLOSS_CHARS = 100  # of the line that says what an anchor is
 GLOSS = " — "
+KEY = ": "  # after a label written before its names
 GLOSS_SHARE = 0.5  # of the anchors' budget, what their lines may take besides
 MAX_LABEL_CHARS = 32
 LABEL_SCAN_CHARS = 80  # of the line before an anchor, where its key or describing words are
@@ -399,10 +400,26 @@ def render_anchors(index: AnchorIndex, header: str) -> str:
             following = values[position + 1] if position + 1 < len(values) else None
             if following is not None and glosses.get(following, "") == line:
                 continue
-            lines.append(f"- {name}: {SEPARATOR.join(run)}" + (f"{GLOSS}{line}" if line else ""))
+            if _is_label(line, run):
+                lines.append(f"- {name}: {line}{KEY}{SEPARATOR.join(run)}")
+            else:
+                said = f"{GLOSS}{line}" if line else ""
+                lines.append(f"- {name}: {SEPARATOR.join(run)}{said}")
             run = []
     lines += render_commands(index.commands)
     return "\n".join(lines)
+
+
+def _is_label(line: str, run: Sequence[str]) -> bool:
+    """Whether `line` is written before the names, as their key (`flight_number: HAT009,
+    HAT013`): a short label that reads back unambiguously."""
+    return (
+        bool(line)
+        and len(line) <= MAX_LABEL_CHARS
+        and line == line.strip()
+        and not any(mark in line for mark in (":", ",", GLOSS.strip(), "\n"))
+        and not any(value in line for value in run)
+    )
 
 
 def parse_anchors(section: str) -> AnchorIndex:
@@ -420,6 +437,8 @@ def parse_anchors(section: str) -> AnchorIndex:
             if not line.startswith(prefix):
                 continue
             names, _, said = line[len(prefix) :].partition(GLOSS)
+            if not said and KEY in names:  # `label: names` (a name never holds ": ")
+                said, _, names = names.partition(KEY)
             values = [v for v in names.split(SEPARATOR) if v]
             found[name] += values
             meaning += [(v, said) for v in values if said]

@@ -283,7 +283,7 @@ def test_a_label_is_never_empty_and_fits_one_gloss(text: str, at: int, size: int
 
 def test_a_listing_of_records_says_what_each_id_is_on_shared_lines() -> None:
     """Tool output of 40 flight records: the best-ranked id keeps its whole line, every other
-    one is written with its key, ids of one key on one line; no name is written bare."""
+    one is written after its key (`key: value`), ids of one key on one line; none bare."""
     listing = "\n".join(
         f'{{"flight_number": "HAT{n:03d}", "origin": "JFK", "payment_id": "gift_card_{n:07d}"}}'
         for n in range(40)
@@ -295,8 +295,12 @@ def test_a_listing_of_records_says_what_each_id_is_on_shared_lines() -> None:
         found, 200, COUNT, lambda _: False, collector.meaning, None, collector.labels
     )
     lines = render_anchors(index, ANCHORS_HEADER).splitlines()[1:]
-    assert all(GLOSS in line for line in lines)
-    keyed = [line for line in lines if line.endswith((" — flight_number", " — payment_id"))]
+    assert all(GLOSS in line or ": " in line.removeprefix("- tools: ") for line in lines)
+    keyed = [
+        line
+        for line in lines
+        if line.startswith(("- tools: flight_number: HAT", "- tools: payment_id: gift_card_"))
+    ]
     assert len(keyed) == 2 and all(line.count(SEPARATOR) >= 3 for line in keyed)
     assert parse_anchors("\n".join(lines)) == index
     assert len(index.tools) >= 12
