@@ -45,6 +45,7 @@ KEY = ": "  # after a label written before its names
 GLOSS_SHARE = 0.5  # of the anchors' budget, what their lines may take besides
 MAX_LABEL_CHARS = 32
 LABEL_SCAN_CHARS = 80  # of the line before an anchor, where its key or describing words are
+LABEL_OCCURRENCES = 4  # of an anchor in one text, searched for a `key: value` line
 
 _CODE_EXTENSIONS = (
     "py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|cfg|ini|conf|txt|md|rst|c|h|cc|cpp|hpp|go|rs|"
@@ -127,31 +128,34 @@ def gloss(text: str, value: str) -> str:
     return "" if len(line) <= len(value) + 3 else line
 
 
-def label(line: str, value: str) -> str:
-    """A few words that say what `value` is, read off `line` (the text it was found on): the
-    key it is the value of, else the words just before it, else its kind. Never empty."""
-    at = line.find(value)
-    if at >= 0:
-        before = line[max(0, line.rfind("\n", 0, at) + 1, at - LABEL_SCAN_CHARS) : at]
+def label(text: str, value: str) -> str:
+    """A few words that say what `value` is, read off `text` (where it was found): the key it
+    is the value of on any of its first lines, else the words just before it, else its kind.
+    Never empty."""
+    befores = list(_befores(text, value))
+    for before in befores:
         keys: list[str] = [
             k for k in _KEY.findall(before) if k.lower() not in _NOT_KEYS and k != value
         ]
         if keys:
             return keys[-1][:MAX_LABEL_CHARS]
-        if kind(value) != "id":  # a path, an error, a URL: its kind says more than loose words
-            return kind(value)
-        words: list[str] = [w for w in _WORD.findall(before)[-5:] if w.lower() not in _STOP_WORDS]
+    if befores and kind(value) == "id":  # a path, an error, a URL: its kind says more
+        words: list[str] = [
+            w for w in _WORD.findall(befores[0])[-5:] if w.lower() not in _STOP_WORDS
+        ]
         if words:
             return " ".join(words[-2:])[:MAX_LABEL_CHARS]
     return kind(value)
 
 
-def _line_of(text: str, value: str) -> str:
+def _befores(text: str, value: str) -> Iterable[str]:
+    """What stands before `value` on its line, for its first few occurrences."""
     at = text.find(value)
-    if at < 0:
-        return ""
-    end = text.find("\n", at)
-    return text[text.rfind("\n", 0, at) + 1 : end if end >= 0 else len(text)]
+    for _ in range(LABEL_OCCURRENCES):
+        if at < 0:
+            return
+        yield text[max(0, text.rfind("\n", 0, at) + 1, at - LABEL_SCAN_CHARS) : at]
+        at = text.find(value, at + len(value))
 
 
 def kind(value: str) -> str:
@@ -266,7 +270,7 @@ class Collector:
             elif known is None:
                 self.meaning.pop(value, None)
             if text:
-                self.labels[value] = label(_line_of(text, value), value)
+                self.labels[value] = label(text, value)
             elif line or known is None:
                 # a handoff's line, or its label (a label does not hold the value it names)
                 said = label(line, value) if value in line else line[:MAX_LABEL_CHARS]

@@ -304,3 +304,14 @@ def test_a_listing_of_records_says_what_each_id_is_on_shared_lines() -> None:
     assert len(keyed) == 2 and all(line.count(SEPARATOR) >= 3 for line in keyed)
     assert parse_anchors("\n".join(lines)) == index
     assert len(index.tools) >= 12
+
+
+def test_a_key_on_a_later_line_names_what_the_value_is() -> None:
+    text = "The access code for the south gate is NEEDLE-ae47.\nGATE_CODE: NEEDLE-ae47"
+    assert label(text, "NEEDLE-ae47") == "GATE_CODE"
+    collector = Collector(10)
+    collector.scan(0, text)
+    index = select_anchors(
+        collector.candidates(), 40, COUNT, lambda _: False, {}, None, collector.labels
+    )
+    assert render_anchors(index, ANCHORS_HEADER).endswith("- user: GATE_CODE: NEEDLE-ae47")
