@@ -42,6 +42,7 @@ SCAN_CHARS_PER_TIER = 30_000  # newest first; bounds the work on huge regions (~
 MAX_GLOSS_CHARS = 100  # of the line that says what an anchor is
 GLOSS = " — "
 KEY = ": "  # after a label written before its names
+_SENTENCE_ENDS = (". ", "! ", "? ")
 GLOSS_SHARE = 0.5  # of the anchors' budget, what their lines may take besides
 MAX_LABEL_CHARS = 32
 LABEL_SCAN_CHARS = 80  # of the line before an anchor, where its key or describing words are
@@ -119,6 +120,10 @@ def gloss(text: str, value: str) -> str:
     offset = at - start
     if len(line) > MAX_GLOSS_CHARS:
         low = max(0, min(offset - MAX_GLOSS_CHARS // 3, len(line) - MAX_GLOSS_CHARS))
+        # From the start of its sentence where that fits: "The code for the gate is X."
+        sentence = max(line.rfind(mark, 0, offset) for mark in _SENTENCE_ENDS) + 2
+        if sentence >= 2 and offset + len(value) - sentence <= MAX_GLOSS_CHARS:
+            low = min(sentence, len(line) - MAX_GLOSS_CHARS)
         line = (
             ("…" if low else "")
             + line[low : low + MAX_GLOSS_CHARS]

@@ -7,12 +7,14 @@ from compression.summary.handoff import Handoff, parse_handoff, render_handoff
 from compression.summary.prompts import ANCHORS_HEADER
 from compression.verbatim.anchors import (
     GLOSS,
+    MAX_GLOSS_CHARS,
     MAX_LABEL_CHARS,
     SCAN_HEAD_CHARS,
     SEPARATOR,
     AnchorIndex,
     Collector,
     find_anchors,
+    gloss,
     label,
     parse_anchors,
     render_anchors,
@@ -315,3 +317,10 @@ def test_a_key_on_a_later_line_names_what_the_value_is() -> None:
         collector.candidates(), 40, COUNT, lambda _: False, {}, None, collector.labels
     )
     assert render_anchors(index, ANCHORS_HEADER).endswith("- user: GATE_CODE: NEEDLE-ae47")
+
+
+def test_a_long_line_is_cut_from_the_start_of_the_sentence_that_names_the_anchor() -> None:
+    line = "x" * 150 + ". The access code for the east gate is NEEDLE-311b. " + "y" * 150
+    said = gloss(line, "NEEDLE-311b")
+    assert said.startswith("…The access code for the east gate is NEEDLE-311b.")
+    assert len(said) <= MAX_GLOSS_CHARS + 2
