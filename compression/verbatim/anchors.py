@@ -73,6 +73,8 @@ _STOP_WORDS = frozenset(
     "a an and are as at be by for from has have in is it its my of on or our that the their "
     "this to was were will with you your".split()
 )
+# From a key's `:` to its value: quotes and brackets, and a list's earlier items.
+_KEYED_GAP = re.compile(r"[\s\"'\[{(]*(?:[\w./-]+[\"']?\s*,\s*[\"']?)*")
 _NOT_KEYS = frozenset(("http", "https", "ftp", "file"))
 _DIGIT = re.compile(r"\d")
 
@@ -139,11 +141,9 @@ def label(text: str, value: str) -> str:
     Never empty."""
     befores = list(_befores(text, value))
     for before in befores:
-        keys: list[str] = [
-            k for k in _KEY.findall(before) if k.lower() not in _NOT_KEYS and k != value
-        ]
+        keys = _keys(before, value)
         if keys:
-            return keys[-1][:MAX_LABEL_CHARS]
+            return keys[-1][0][:MAX_LABEL_CHARS]
     if befores and kind(value) == "id":  # a path, an error, a URL: its kind says more
         words: list[str] = [
             w for w in _WORD.findall(befores[0])[-5:] if w.lower() not in _STOP_WORDS
@@ -151,6 +151,26 @@ def label(text: str, value: str) -> str:
         if words:
             return " ".join(words[-2:])[:MAX_LABEL_CHARS]
     return kind(value)
+
+
+def keyed(text: str, value: str) -> str:
+    """The key `value` is the value of (`"flight_number": "HAT009"`, `user_id=mia_li_3668`,
+    `ids: [A, B]`) on one of its first lines of `text`, or "": then `key: value` says what it
+    is, and its line would say no more at a higher cost."""
+    for before in _befores(text, value):
+        keys = _keys(before, value)
+        if keys and _KEYED_GAP.fullmatch(before[keys[-1][1] :]):
+            return keys[-1][0][:MAX_LABEL_CHARS]
+    return ""
+
+
+def _keys(before: str, value: str) -> list[tuple[str, int]]:
+    """The keys in `before`, each with where its `:` or `=` ends."""
+    return [
+        (m.group(1), m.end())
+        for m in _KEY.finditer(before)
+        if m.group(1).lower() not in _NOT_KEYS and m.group(1) != value
+    ]
 
 
 def _befores(text: str, value: str) -> Iterable[str]:
@@ -270,6 +290,8 @@ class Collector:
             self._tier[value] = tier
             bucket[value] = None
             line = gloss(text, value) if text else (meaning or {}).get(value, "")
+            if keyed(line or text, value):
+                line = ""  # `key: value` says what it is: its label
             if line:
                 self.meaning[value] = line
             elif known is None:
@@ -304,10 +326,12 @@ def select_anchors(
     meaning: Mapping[str, str] | None = None,
     rank: Callable[[str], int] | None = None,
     labels: Mapping[str, str] | None = None,
+    line_room: int | None = None,
 ) -> AnchorIndex:
     """Anchors with what they are within `budget` tokens, skipping what the view already holds
-    verbatim, and the lines that say more within half as much again. `rank` orders each tier
-    (stable: ties stay newest first), the working set's entities first.
+    verbatim, and the lines that say more within `line_room` (half as much again by default)
+    plus what the names leave. `rank` orders each tier (stable: ties stay newest first), the
+    working set's entities first.
 
     Each tier first gets its share of the budget; what a tier leaves unused goes to the
     others in tier order, so a session without user-stated ids spends it on tool ids. An
@@ -327,7 +351,9 @@ def select_anchors(
         left -= queues[position].fill(chosen[position], int(budget * share), count)
     for position in range(len(TIERS)):
         left -= queues[position].fill(chosen[position], left, count)
-    lines = _glossed(chosen, meaning, int(budget * GLOSS_SHARE) + max(0, left), count)
+    if line_room is None:
+        line_room = int(budget * GLOSS_SHARE)
+    lines = _glossed(chosen, meaning, line_room + max(0, left), count)
     grouped: list[tuple[str, ...]] = []
     kept: list[tuple[str, str]] = []
     for tier in chosen:

@@ -25,7 +25,7 @@ from compression.messages.types import Message
 from compression.options import CompressorOptions
 from compression.summary.handoff import Handoff, handoff_text, parse_handoff, user_text
 from compression.summary.prompts import ANCHORS_HEADER, USER_CLOSE, USER_MESSAGES_HEADER, USER_OPEN
-from compression.verbatim.anchors import AnchorIndex, Collector, select_anchors
+from compression.verbatim.anchors import GLOSS_SHARE, AnchorIndex, Collector, select_anchors
 from compression.verbatim.commands import COMMAND_SHARE, commands_of, select_commands
 from compression.verbatim.instructions import states_instruction
 from compression.verbatim.observations import has_output_marker, observation_indices
@@ -207,6 +207,7 @@ def carry_section(
         found.meaning,
         rank,
         found.labels,
+        int(room * GLOSS_SHARE),  # the commands take from the names, not from their lines
     )
     return users, replace(chosen, commands=commands)
 

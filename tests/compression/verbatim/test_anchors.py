@@ -15,6 +15,7 @@ from compression.verbatim.anchors import (
     Collector,
     find_anchors,
     gloss,
+    keyed,
     label,
     parse_anchors,
     render_anchors,
@@ -180,10 +181,12 @@ def test_each_anchor_comes_with_the_line_that_says_what_it_is() -> None:
         "booking confirmed\nreservation_id: XEWRD9\nmax_retry_ms=3000 (from conf/app.yaml)\nXEWRD9",
     )
     found = collector.candidates()
-    index = select_anchors(found, 400, COUNT, lambda _: False, collector.meaning)
+    index = select_anchors(
+        found, 400, COUNT, lambda _: False, collector.meaning, None, collector.labels
+    )
     text = render_anchors(index, ANCHORS_HEADER)
     assert text.splitlines()[1:] == [
-        "- tools: XEWRD9 — reservation_id: XEWRD9",
+        "- tools: reservation_id: XEWRD9",  # `key: value` says what it is
         "- tools: conf/app.yaml — max_retry_ms=3000 (from conf/app.yaml)",
     ]
     assert parse_anchors(text.split("\n", 1)[1]) == index
@@ -324,3 +327,13 @@ def test_a_long_line_is_cut_from_the_start_of_the_sentence_that_names_the_anchor
     said = gloss(line, "NEEDLE-311b")
     assert said.startswith("…The access code for the east gate is NEEDLE-311b.")
     assert len(said) <= MAX_GLOSS_CHARS + 2
+
+
+def test_a_value_of_a_key_is_written_as_key_value_and_its_line_is_spared() -> None:
+    assert keyed('"reservations": ["AB12CD", "XY34ZZ"]', "XY34ZZ") == "reservations"
+    assert keyed('{"flight_number": "HAT009", "date": "2024-05-01"}', "HAT009") == "flight_number"
+    assert keyed("max_retry_ms=3000 (from conf/app.yaml)", "conf/app.yaml") == ""
+    assert keyed("The code for the gate is NEEDLE-ae47.", "NEEDLE-ae47") == ""
+    collector = Collector(10)
+    collector.scan(2, 'lookup done\n{"flight_number": "HAT009", "origin": "JFK"}')
+    assert "HAT009" not in collector.meaning and collector.labels["HAT009"] == "flight_number"
