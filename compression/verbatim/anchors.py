@@ -290,18 +290,17 @@ class Collector:
             self._tier[value] = tier
             bucket[value] = None
             line = gloss(text, value) if text else (meaning or {}).get(value, "")
+            said = label(text or line, value)
+            if not text and line and value not in line:
+                said, line = line[:MAX_LABEL_CHARS], ""  # a handoff's label
             if keyed(line or text, value):
                 line = ""  # `key: value` says what it is: its label
             if line:
                 self.meaning[value] = line
             elif known is None:
                 self.meaning.pop(value, None)
-            if text:
-                self.labels[value] = label(text, value)
-            elif line or known is None:
-                # a handoff's line, or its label (a label does not hold the value it names)
-                said = label(line, value) if value in line else line[:MAX_LABEL_CHARS]
-                self.labels[value] = said or kind(value)
+            if text or line or known is None:
+                self.labels[value] = said
 
     def ran(self, commands: Iterable[str]) -> None:
         """Commands of an older message (or an earlier handoff's, newest first)."""

@@ -337,3 +337,16 @@ def test_a_value_of_a_key_is_written_as_key_value_and_its_line_is_spared() -> No
     collector = Collector(10)
     collector.scan(2, 'lookup done\n{"flight_number": "HAT009", "origin": "JFK"}')
     assert "HAT009" not in collector.meaning and collector.labels["HAT009"] == "flight_number"
+
+
+def test_a_handoffs_labels_and_keys_survive_the_next_compression() -> None:
+    first = Collector(10)
+    first.scan(2, '{"flight_number": "HAT009"}\nsee HAT011 and the rest')
+    index = select_anchors(
+        first.candidates(), 60, COUNT, lambda _: False, first.meaning, None, first.labels
+    )
+    parsed = parse_anchors(render_anchors(index, ANCHORS_HEADER).split("\n", 1)[1])
+    again = Collector(10)
+    for tier, values in enumerate(parsed.tiers()):
+        again.add(tier, values, meaning=parsed.glosses())
+    assert again.labels["HAT009"] == "flight_number" and "HAT009" not in again.meaning
