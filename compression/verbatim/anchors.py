@@ -15,7 +15,8 @@ each was seen, newest first:
 so no anchor is written bare: the best-ranked come with the line they were found on (`key: value`,
 `id — what it is`), cut to `MAX_GLOSS_CHARS`; every other one with its label, the key it was the
 value of (`reservation_id`, `flight_number`) or the words before it on its line, or else its kind
-(`file`, `error`, `url`, `id`). Anchors of one tier with the same label share one line:
+(`file`, `error`, `url`, `id`; see `compression.verbatim.labels`). A value of a key is always
+written `key: value`: its line would say no more. Anchors of one tier with one label share a line:
 
     - tools: flight_number: HAT009, HAT013, HAT017
 
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from compression.verbatim.commands import parse_command, render_commands
+from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label
 
 TIERS = ("user", "agent", "tools")
 TIER_SHARES = (0.4, 0.3, 0.3)  # of the anchor budget, before leftovers flow down the tiers
@@ -44,9 +46,6 @@ GLOSS = " — "
 KEY = ": "  # after a label written before its names
 _SENTENCE_ENDS = (". ", "! ", "? ")
 GLOSS_SHARE = 0.5  # of the anchors' budget, what their lines may take besides
-MAX_LABEL_CHARS = 32
-LABEL_SCAN_CHARS = 80  # of the line before an anchor, where its key or describing words are
-LABEL_OCCURRENCES = 4  # of an anchor in one text, searched for a `key: value` line
 
 _CODE_EXTENSIONS = (
     "py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|cfg|ini|conf|txt|md|rst|c|h|cc|cpp|hpp|go|rs|"
@@ -67,15 +66,6 @@ _CODE = re.compile(r"[A-Z0-9]{5,16}")
 _HEX = re.compile(r"[0-9a-f]{7,64}")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _LETTER = re.compile(r"[A-Za-z]")
-_KEY = re.compile(r"([A-Za-z_][\w.-]{1,40})[\"']?\s*[:=]")  # "key": value, key=value, Key: value
-_WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z_-]+(?![\w-])")  # whole words, not an id's letters
-_STOP_WORDS = frozenset(
-    "a an and are as at be by for from has have in is it its my of on or our that the their "
-    "this to was were will with you your".split()
-)
-# From a key's `:` to its value: quotes and brackets, and a list's earlier items.
-_KEYED_GAP = re.compile(r"[\s\"'\[{(]*(?:[\w./-]+[\"']?\s*,\s*[\"']?)*")
-_NOT_KEYS = frozenset(("http", "https", "ftp", "file"))
 _DIGIT = re.compile(r"\d")
 
 
@@ -133,65 +123,6 @@ def gloss(text: str, value: str) -> str:
         )
     line = " ".join(line.replace(GLOSS.strip(), "-").split())
     return "" if len(line) <= len(value) + 3 else line
-
-
-def label(text: str, value: str) -> str:
-    """A few words that say what `value` is, read off `text` (where it was found): the key it
-    is the value of on any of its first lines, else the words just before it, else its kind.
-    Never empty."""
-    befores = list(_befores(text, value))
-    for before in befores:
-        keys = _keys(before, value)
-        if keys:
-            return keys[-1][0][:MAX_LABEL_CHARS]
-    if befores and kind(value) == "id":  # a path, an error, a URL: its kind says more
-        words: list[str] = [
-            w for w in _WORD.findall(befores[0])[-5:] if w.lower() not in _STOP_WORDS
-        ]
-        if words:
-            return " ".join(words[-2:])[:MAX_LABEL_CHARS]
-    return kind(value)
-
-
-def keyed(text: str, value: str) -> str:
-    """The key `value` is the value of (`"flight_number": "HAT009"`, `user_id=mia_li_3668`,
-    `ids: [A, B]`) on one of its first lines of `text`, or "": then `key: value` says what it
-    is, and its line would say no more at a higher cost."""
-    for before in _befores(text, value):
-        keys = _keys(before, value)
-        if keys and _KEYED_GAP.fullmatch(before[keys[-1][1] :]):
-            return keys[-1][0][:MAX_LABEL_CHARS]
-    return ""
-
-
-def _keys(before: str, value: str) -> list[tuple[str, int]]:
-    """The keys in `before`, each with where its `:` or `=` ends."""
-    return [
-        (m.group(1), m.end())
-        for m in _KEY.finditer(before)
-        if m.group(1).lower() not in _NOT_KEYS and m.group(1) != value
-    ]
-
-
-def _befores(text: str, value: str) -> Iterable[str]:
-    """What stands before `value` on its line, for its first few occurrences."""
-    at = text.find(value)
-    for _ in range(LABEL_OCCURRENCES):
-        if at < 0:
-            return
-        yield text[max(0, text.rfind("\n", 0, at) + 1, at - LABEL_SCAN_CHARS) : at]
-        at = text.find(value, at + len(value))
-
-
-def kind(value: str) -> str:
-    """What an anchor is by its shape alone."""
-    if value.startswith(("http://", "https://")):
-        return "url"
-    if _ERROR.fullmatch(value):
-        return "error"
-    if "/" in value or _FILE.fullmatch(value):
-        return "file" if _EXTENSION.search(value) else "path"
-    return "id"
 
 
 @lru_cache(maxsize=2048)  # keyed by the bounded text; the same turns are scanned again on

@@ -8,19 +8,17 @@ from compression.summary.prompts import ANCHORS_HEADER
 from compression.verbatim.anchors import (
     GLOSS,
     MAX_GLOSS_CHARS,
-    MAX_LABEL_CHARS,
     SCAN_HEAD_CHARS,
     SEPARATOR,
     AnchorIndex,
     Collector,
     find_anchors,
     gloss,
-    keyed,
-    label,
     parse_anchors,
     render_anchors,
     select_anchors,
 )
+from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, label
 from tests.compression.counters import CharCounter
 
 COUNT = CharCounter().count_text
