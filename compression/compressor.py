@@ -19,10 +19,12 @@ from typing import Any
 
 from compression.assembly.invariants import CompressionInvariantError, check_invariants
 from compression.assembly.planning import (
+    ANCHOR_FLOOR_SHARE,
     MARKER_TOKENS,
     MAX_LEVEL,
     OPENING_SHARE,
     TARGET_SHARE,
+    Budgets,
     CutPlan,
     budgets_for,
     head_end,
@@ -347,6 +349,18 @@ def _fixed_part_too_large(run: _Pass) -> str | None:
     )
 
 
+def _anchor_room(run: _Pass, budgets: Budgets, after: int, limit: int) -> int:
+    """Tokens the anchors may take beyond their planned budget: up to a floor (a share of the
+    threshold) where the assembled view leaves that much under the pass's limit. Where the
+    system prompt and tools take most of the threshold, the plan leaves them nothing, while a
+    hygiene pass has the room up to its own line: the exact ids of the compacted turns then
+    stay in view instead of only in the archive. The view still shrinks by a tenth at least."""
+    floor = min(run.options.max_anchor_tokens, int(run.limits.threshold * ANCHOR_FLOOR_SHARE))
+    ceiling = min(int(limit / run.calibration), run.figures.total) * TARGET_SHARE
+    headroom = int(ceiling) - after
+    return max(0, min(floor - budgets.anchors, headroom))
+
+
 def _limit(run: _Pass) -> int:
     """The size a result must stay under (hygiene passes only need to clear the hygiene line)."""
     return run.limits.hygiene_tokens if run.ctx.trigger == "hygiene" else run.limits.threshold
@@ -399,7 +413,7 @@ def _finish(
     budgets = replace(plan.budgets, carry=plan.budgets.carry + spare)
     budgets = replace(budgets, anchors=max(0, budgets.anchors - lines))
     carrying = replace(plan, budgets=budgets)
-    for _ in range(2):
+    for attempt in range(3):
         users, anchors = carry_section(
             view,
             carrying,
@@ -416,6 +430,11 @@ def _finish(
         result = sanitize_tool_pairs(assemble(head, handoff, restate, tail))
         after = figures.view(result)
         projected = int(after * run.calibration)
+        extra = _anchor_room(run, carrying.budgets, after, limit) if attempt == 0 else 0
+        if extra > 0:
+            anchored = replace(carrying.budgets, anchors=carrying.budgets.anchors + extra)
+            carrying = replace(carrying, budgets=anchored)
+            continue
         if projected < limit or not users.texts or plan.level < MAX_LEVEL:
             break
         # The most the cut could shrink is done and the view is still over: the user's words

@@ -33,6 +33,7 @@ MIN_MIDDLE_TOKENS = 512
 USER_ROOM_SHARE = 0.60  # of the room the file reads leave, most the user's messages may take
 FILE_ROOM_SHARE = 0.40  # of the room, most carried file reads may take
 ANCHOR_SHARE = 0.08  # of the room: the anchor index (plus what the carried messages leave)
+ANCHOR_FLOOR_SHARE = 0.15  # of the threshold, what the anchors may take where the limit allows
 OPENING_SHARE = 0.25  # of the threshold, most a client's canned opening may keep verbatim
 
 

@@ -11,12 +11,17 @@ each was seen, newest first:
     - tools: ZeroDivisionError — File "/repo/src/app.py", line 9, in total: ZeroDivisionError
 
 `user` = written by the user; `agent` = used in the assistant's text or tool-call arguments
-(what the conversation acted on); `tools` = only seen in tool output. A name alone says little:
-each anchor comes with the line it was found on (`key: value`, `id — what it is`), cut to
-`MAX_GLOSS_CHARS`, within half as many tokens again as the names take (the best-ranked anchors get
-theirs first); neighbours found on the same line share it. Within a tier the working set's
-entities come first (see `compression.verbatim.workingset`), then the newest. Everything here
-is pure.
+(what the conversation acted on); `tools` = only seen in tool output. A name alone says little,
+so no anchor is written bare: the best-ranked come with the line they were found on (`key: value`,
+`id — what it is`), cut to `MAX_GLOSS_CHARS`; every other one with its label, the key it was the
+value of (`reservation_id`, `flight_number`) or the words before it on its line, or else its kind
+(`file`, `error`, `url`, `id`; see `compression.verbatim.labels`). A value of a key is always
+written `key: value`: its line would say no more. Anchors of one tier with one label share a line:
+
+    - tools: flight_number: HAT009, HAT013, HAT017
+
+Within a tier the working set's entities come first (see `compression.verbatim.workingset`),
+then the newest. Everything here is pure.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+from compression.verbatim.commands import parse_command, render_commands
+from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label
 
 TIERS = ("user", "agent", "tools")
 TIER_SHARES = (0.4, 0.3, 0.3)  # of the anchor budget, before leftovers flow down the tiers
@@ -35,6 +43,8 @@ SCAN_TAIL_CHARS = 1500  # outcomes and final values at the end
 SCAN_CHARS_PER_TIER = 30_000  # newest first; bounds the work on huge regions (~2 ms a tier)
 MAX_GLOSS_CHARS = 100  # of the line that says what an anchor is
 GLOSS = " — "
+KEY = ": "  # after a label written before its names
+_SENTENCE_ENDS = (". ", "! ", "? ")
 GLOSS_SHARE = 0.5  # of the anchors' budget, what their lines may take besides
 
 _CODE_EXTENSIONS = (
@@ -67,6 +77,7 @@ class AnchorIndex:
     agent: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     meaning: tuple[tuple[str, str], ...] = ()  # (anchor, the line that says what it is)
+    commands: tuple[str, ...] = ()  # what the agent ran, newest first
 
     def glosses(self) -> dict[str, str]:
         return dict(self.meaning)
@@ -75,7 +86,7 @@ class AnchorIndex:
         return (self.user, self.agent, self.tools)
 
     def __bool__(self) -> bool:
-        return bool(self.user or self.agent or self.tools)
+        return bool(self.user or self.agent or self.tools or self.commands)
 
 
 def find_anchors(text: str) -> tuple[str, ...]:
@@ -101,6 +112,10 @@ def gloss(text: str, value: str) -> str:
     offset = at - start
     if len(line) > MAX_GLOSS_CHARS:
         low = max(0, min(offset - MAX_GLOSS_CHARS // 3, len(line) - MAX_GLOSS_CHARS))
+        # From the start of its sentence where that fits: "The code for the gate is X."
+        sentence = max(line.rfind(mark, 0, offset) for mark in _SENTENCE_ENDS) + 2
+        if sentence >= 2 and offset + len(value) - sentence <= MAX_GLOSS_CHARS:
+            low = min(sentence, len(line) - MAX_GLOSS_CHARS)
         line = (
             ("…" if low else "")
             + line[low : low + MAX_GLOSS_CHARS]
@@ -178,6 +193,8 @@ class Collector:
         self._tiers: tuple[dict[str, None], ...] = ({}, {}, {})
         self._scanned = [0, 0, 0]
         self.meaning: dict[str, str] = {}  # each anchor's line, from the text it was taken
+        self.labels: dict[str, str] = {}  # each anchor's label (what it is, in a few words)
+        self.commands: dict[str, None] = {}  # what the agent ran, newest first
 
     def scan(self, tier: int, text: str) -> None:
         """Add the anchors found in `text`, if the tier still wants more."""
@@ -204,10 +221,22 @@ class Collector:
             self._tier[value] = tier
             bucket[value] = None
             line = gloss(text, value) if text else (meaning or {}).get(value, "")
+            said = label(text or line, value)
+            if not text and line and value not in line:
+                said, line = line[:MAX_LABEL_CHARS], ""  # a handoff's label
+            if keyed(line or text, value):
+                line = ""  # `key: value` says what it is: its label
             if line:
                 self.meaning[value] = line
             elif known is None:
                 self.meaning.pop(value, None)
+            if text or line or known is None:
+                self.labels[value] = said
+
+    def ran(self, commands: Iterable[str]) -> None:
+        """Commands of an older message (or an earlier handoff's, newest first)."""
+        for command in commands:
+            self.commands.setdefault(command, None)
 
     def wants(self, tier: int) -> bool:
         return len(self._tiers[tier]) < self.per_tier and self._scanned[tier] < SCAN_CHARS_PER_TIER
@@ -226,29 +255,44 @@ def select_anchors(
     present: Callable[[str], bool],
     meaning: Mapping[str, str] | None = None,
     rank: Callable[[str], int] | None = None,
+    labels: Mapping[str, str] | None = None,
+    line_room: int | None = None,
 ) -> AnchorIndex:
-    """Anchors within `budget` tokens, skipping what the view already holds verbatim, and the
-    lines that say what they are within half as much again. `rank` orders each tier (stable: ties
-    stay newest first), the working set's entities first.
+    """Anchors with what they are within `budget` tokens, skipping what the view already holds
+    verbatim, and the lines that say more within `line_room` (half as much again by default)
+    plus what the names leave. `rank` orders each tier (stable: ties stay newest first), the
+    working set's entities first.
 
     Each tier first gets its share of the budget; what a tier leaves unused goes to the
-    others in tier order, so a session without user-stated ids spends it on tool ids. The
-    names are chosen first: a line costs five names, and an id the model cannot see at all
-    is worse than one it sees without its line. The lines go to the best-ranked anchors.
+    others in tier order, so a session without user-stated ids spends it on tool ids. An
+    anchor costs its name plus, the first time its tier uses it, its label (`labels`, else its
+    kind): a name the model cannot place says little, while anchors of one kind share a label.
+    The best-ranked anchors then get their whole line instead.
     """
     chosen: list[list[str]] = [[] for _ in TIERS]
     if budget <= 0:
         return AnchorIndex()
     meaning = meaning or {}
+    said = labels or {}
     ordered = [sorted(tier, key=rank) if rank is not None else tier for tier in tiers]
-    queues = [_Queue(tier, present) for tier in ordered]
+    queues = [_Queue(tier, present, said) for tier in ordered]
     left = budget
     for position, share in enumerate(TIER_SHARES):
         left -= queues[position].fill(chosen[position], int(budget * share), count)
     for position in range(len(TIERS)):
         left -= queues[position].fill(chosen[position], left, count)
-    kept = _glossed(chosen, meaning, int(budget * GLOSS_SHARE), count)
-    return AnchorIndex(tuple(chosen[0]), tuple(chosen[1]), tuple(chosen[2]), kept)
+    if line_room is None:
+        line_room = int(budget * GLOSS_SHARE)
+    lines = _glossed(chosen, meaning, line_room + max(0, left), count)
+    grouped: list[tuple[str, ...]] = []
+    kept: list[tuple[str, str]] = []
+    for tier in chosen:
+        runs: dict[str, list[str]] = {}
+        for value in tier:
+            runs.setdefault(lines.get(value) or said.get(value) or kind(value), []).append(value)
+        grouped.append(tuple(value for run in runs.values() for value in run))
+        kept += [(value, line) for line, run in runs.items() for value in run]
+    return AnchorIndex(grouped[0], grouped[1], grouped[2], tuple(kept))
 
 
 def _glossed(
@@ -256,10 +300,10 @@ def _glossed(
     meaning: Mapping[str, str],
     room: int,
     count: Callable[[str], int],
-) -> tuple[tuple[str, str], ...]:
-    """The lines of the chosen anchors, in order, within `room` tokens; neighbours on one
-    line share it (it is written once)."""
-    kept: list[tuple[str, str]] = []
+) -> dict[str, str]:
+    """The lines of the chosen anchors, best-ranked first, within `room` tokens; neighbours on
+    one line share it (it is written once)."""
+    kept: dict[str, str] = {}
     for tier in chosen:
         previous = ""
         for value in tier:
@@ -271,17 +315,21 @@ def _glossed(
                 else:
                     room -= cost
             if line:
-                kept.append((value, line))
+                kept[value] = line
             previous = line
-    return tuple(kept)
+    return kept
 
 
 class _Queue:
     """One tier's candidates in order; what the view already holds is skipped lazily."""
 
-    def __init__(self, values: Sequence[str], present: Callable[[str], bool]) -> None:
+    def __init__(
+        self, values: Sequence[str], present: Callable[[str], bool], labels: Mapping[str, str]
+    ) -> None:
         self.values = values
         self.present = present
+        self.labels = labels
+        self.used: set[str] = set()  # labels this tier already writes
         self.next = 0
 
     def fill(self, chosen: list[str], allowance: int, count: Callable[[str], int]) -> int:
@@ -292,10 +340,14 @@ class _Queue:
             if self.present(value):
                 self.next += 1
                 continue
+            said = self.labels.get(value) or kind(value)
             cost = count(value + SEPARATOR)
+            if said not in self.used:
+                cost += count(f"{GLOSS}{said}\n- tools: ")
             if used + cost > allowance:
                 break
             chosen.append(value)
+            self.used.add(said)
             used += cost
             self.next += 1
         return used
@@ -313,23 +365,47 @@ def render_anchors(index: AnchorIndex, header: str) -> str:
             following = values[position + 1] if position + 1 < len(values) else None
             if following is not None and glosses.get(following, "") == line:
                 continue
-            lines.append(f"- {name}: {SEPARATOR.join(run)}" + (f"{GLOSS}{line}" if line else ""))
+            if _is_label(line, run):
+                lines.append(f"- {name}: {line}{KEY}{SEPARATOR.join(run)}")
+            else:
+                said = f"{GLOSS}{line}" if line else ""
+                lines.append(f"- {name}: {SEPARATOR.join(run)}{said}")
             run = []
+    lines += render_commands(index.commands)
     return "\n".join(lines)
+
+
+def _is_label(line: str, run: Sequence[str]) -> bool:
+    """Whether `line` is written before the names, as their key (`flight_number: HAT009,
+    HAT013`): a short label that reads back unambiguously."""
+    return (
+        bool(line)
+        and len(line) <= MAX_LABEL_CHARS
+        and line == line.strip()
+        and not any(mark in line for mark in (":", ",", GLOSS.strip(), "\n"))
+        and not any(value in line for value in run)
+    )
 
 
 def parse_anchors(section: str) -> AnchorIndex:
     """The index written by `render_anchors` (the header line already removed)."""
     found: dict[str, list[str]] = {name: [] for name in TIERS}
     meaning: list[tuple[str, str]] = []
+    commands: list[str] = []
     for line in section.splitlines():
+        command = parse_command(line)
+        if command is not None:
+            commands.append(command)
+            continue
         for name in TIERS:
             prefix = f"- {name}: "
             if not line.startswith(prefix):
                 continue
             names, _, said = line[len(prefix) :].partition(GLOSS)
+            if not said and KEY in names:  # `label: names` (a name never holds ": ")
+                said, _, names = names.partition(KEY)
             values = [v for v in names.split(SEPARATOR) if v]
             found[name] += values
             meaning += [(v, said) for v in values if said]
     tiers = (tuple(found["user"]), tuple(found["agent"]), tuple(found["tools"]))
-    return AnchorIndex(*tiers, meaning=tuple(meaning))
+    return AnchorIndex(*tiers, meaning=tuple(meaning), commands=tuple(commands))

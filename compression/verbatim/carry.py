@@ -15,6 +15,7 @@ unused.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from compression.assembly.planning import CutPlan
 from compression.counting.figures import PassFigures
@@ -24,7 +25,8 @@ from compression.messages.types import Message
 from compression.options import CompressorOptions
 from compression.summary.handoff import Handoff, handoff_text, parse_handoff, user_text
 from compression.summary.prompts import ANCHORS_HEADER, USER_CLOSE, USER_MESSAGES_HEADER, USER_OPEN
-from compression.verbatim.anchors import AnchorIndex, Collector, select_anchors
+from compression.verbatim.anchors import GLOSS_SHARE, AnchorIndex, Collector, select_anchors
+from compression.verbatim.commands import COMMAND_SHARE, commands_of, select_commands
 from compression.verbatim.observations import observation_indices
 from compression.verbatim.usermessages import UserMessages, user_messages
 from compression.verbatim.userwords import Carried, Selection, select_carried
@@ -106,6 +108,8 @@ def anchor_candidates(
             if collector.wants(tier):
                 text = _text(message) if tier == AGENT_TIER else content_text(message)
                 collector.scan(tier, text)
+            if tier == AGENT_TIER:
+                collector.ran(reversed(commands_of(message)))
     return collector
 
 
@@ -114,6 +118,7 @@ def _add_handoff(collector: Collector, handoff: Handoff) -> None:
     meaning = handoff.anchors.glosses()
     for tier, values in enumerate(handoff.anchors.tiers()):
         collector.add(tier, values, meaning=meaning)
+    collector.ran(handoff.anchors.commands)
     for text in reversed(handoff.user_messages):
         collector.scan(USER_TIER, text)
     collector.scan(AGENT_TIER, handoff.last_reply or "")
@@ -160,10 +165,22 @@ def carry_section(
     # An anchor costs at least ~3 tokens with its separator: room // 3 per tier always fills.
     found = anchor_candidates(messages, start, end, room // 3, words.observations)
     rank = (working or WorkingSet()).tier
-    chosen = select_anchors(
-        found.candidates(), room, count, present.__contains__, found.meaning, rank
+    commands, used = select_commands(
+        found.commands, int(room * COMMAND_SHARE), count, present.__contains__
     )
-    return users, chosen
+    # an anchor a carried command names is in view with it
+    present = "\n".join([present, *commands])
+    chosen = select_anchors(
+        found.candidates(),
+        room - used,
+        count,
+        present.__contains__,
+        found.meaning,
+        rank,
+        found.labels,
+        int(room * GLOSS_SHARE),  # the commands take from the names, not from their lines
+    )
+    return users, replace(chosen, commands=commands)
 
 
 def _text(item: Message | str) -> str:

@@ -356,3 +356,31 @@ async def test_a_forced_pass_clips_nothing_when_nothing_is_over() -> None:
     out = await compress(messages, force=True, trigger="manual")
     assert out.outcome == "noop"
     assert out.messages == messages
+
+
+def crowded_session(records: int = 60) -> list[Message]:
+    """A system prompt that takes most of the threshold, then lookups returning record ids."""
+    messages: list[Message] = [system("Policy line that the agent must follow.\n" * 500)]
+    messages.append(user("Find the reservations of user mia_li_3668 and cancel the late ones."))
+    for n in range(records):
+        output = f'{{"reservation_id": "R{n:04d}Q", "status": "late", "note": "{"x" * 60}"}}'
+        messages += tool_round(f"c{n}", output, name="get_reservation", command=f"lookup {n}")
+    messages.append(user("Which ones are left?"))
+    return messages
+
+
+async def test_a_hygiene_pass_keeps_the_ids_where_its_line_leaves_room() -> None:
+    """The system prompt leaves the plan almost nothing under the threshold; the hygiene line
+    is higher: the anchors take their floor there, each id with what it is."""
+    messages = crowded_session()
+    out = await compress(messages, trigger="hygiene")
+    assert out.outcome == "compressed", out.error
+    assert out.tokens_after < ENGINE.limits(8_000, 1_000).hygiene_tokens
+    parsed = parse_handoff(summaries(out.messages)[0])
+    assert parsed is not None
+    anchors = parsed.handoff.anchors
+    ids = [v for v in anchors.tools if v.startswith("R") and v.endswith("Q")]
+    assert len(ids) >= 15  # the planned budget alone holds 6
+    said = anchors.glosses()
+    assert all("reservation_id" in said.get(v, "") for v in ids)  # none bare
+    assert anchors.commands[:2] == ("lookup 58", "lookup 57")  # what the agent ran, newest first

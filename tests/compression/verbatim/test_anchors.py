@@ -6,15 +6,19 @@ from hypothesis import strategies as st
 from compression.summary.handoff import Handoff, parse_handoff, render_handoff
 from compression.summary.prompts import ANCHORS_HEADER
 from compression.verbatim.anchors import (
+    GLOSS,
+    MAX_GLOSS_CHARS,
     SCAN_HEAD_CHARS,
     SEPARATOR,
     AnchorIndex,
     Collector,
     find_anchors,
+    gloss,
     parse_anchors,
     render_anchors,
     select_anchors,
 )
+from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, label
 from tests.compression.counters import CharCounter
 
 COUNT = CharCounter().count_text
@@ -133,9 +137,19 @@ def test_selection_stays_in_budget_in_order_and_skips_what_is_held(
     chosen = [value for tier in index.tiers() for value in tier]
     assert sum(COUNT(v + SEPARATOR) for v in chosen) <= max(budget, 0)
     assert not set(chosen) & held
+    said = index.glosses()
+    assert set(said) == set(chosen)  # no bare names
     for picked, offered in zip(index.tiers(), tiers, strict=True):
         positions = [offered.index(value) for value in picked]
-        assert positions == sorted(positions)  # a subsequence: newest first is kept
+        for line in {said[value] for value in picked}:
+            # anchors sharing a label are written together, newest first within it
+            group = [p for p, value in zip(positions, picked, strict=True) if said[value] == line]
+            assert group == sorted(group)
+            start = positions.index(group[0])
+            assert positions[start : start + len(group)] == group
+        # everything offered before the last one chosen was chosen (a prefix of the tier)
+        taken = [value for value in offered if value not in held]
+        assert set(picked) == set(taken[: len(picked)])
     assert select_anchors(tiers, budget, COUNT, held.__contains__) == index  # deterministic
 
 
@@ -165,10 +179,12 @@ def test_each_anchor_comes_with_the_line_that_says_what_it_is() -> None:
         "booking confirmed\nreservation_id: XEWRD9\nmax_retry_ms=3000 (from conf/app.yaml)\nXEWRD9",
     )
     found = collector.candidates()
-    index = select_anchors(found, 400, COUNT, lambda _: False, collector.meaning)
+    index = select_anchors(
+        found, 400, COUNT, lambda _: False, collector.meaning, None, collector.labels
+    )
     text = render_anchors(index, ANCHORS_HEADER)
     assert text.splitlines()[1:] == [
-        "- tools: XEWRD9 — reservation_id: XEWRD9",
+        "- tools: reservation_id: XEWRD9",  # `key: value` says what it is
         "- tools: conf/app.yaml — max_retry_ms=3000 (from conf/app.yaml)",
     ]
     assert parse_anchors(text.split("\n", 1)[1]) == index
@@ -235,3 +251,100 @@ def test_any_index_with_meaning_round_trips(
 
 def seen(tiers: tuple[list[str], ...], upto: int) -> set[str]:
     return {v for tier in tiers[:upto] for v in tier}
+
+
+# --- no bare names: a label for every anchor without its line ------------------------------
+
+
+def test_a_label_is_the_key_the_words_before_or_the_kind() -> None:
+    record = (
+        '{"reservation_id": "4BMN53", "user_id": "mia_li_3668", '
+        '"flights": [{"flight_number": "HAT009"'
+    )
+    cases = [
+        (record, "mia_li_3668", "user_id"),
+        (record, "HAT009", "flight_number"),
+        ('"reservations": ["AB12CD", "XY34ZZ"]', "XY34ZZ", "reservations"),
+        ("max_retry_ms=3000 for worker_pool_7", "worker_pool_7", "max_retry_ms"),
+        ("Your reservation 4BMN53 is confirmed", "4BMN53", "reservation"),
+        ("see https://x.org/a_12345 for more", "https://x.org/a_12345", "url"),
+        ("/repo/src/app.py", "/repo/src/app.py", "file"),
+        ("raised ZeroDivisionError", "ZeroDivisionError", "error"),
+        ("4BMN53", "4BMN53", "id"),
+        ("the old HAT083 or the HAT097", "HAT097", "old"),  # an id's letters are no word
+    ]
+    assert [label(line, value) for line, value, _ in cases] == [said for *_, said in cases]
+
+
+@given(st.text(max_size=200), st.integers(0, 200), st.integers(1, 20))
+def test_a_label_is_never_empty_and_fits_one_gloss(text: str, at: int, size: int) -> None:
+    value = text[at : at + size] or "x_0001"
+    said = label(text, value)
+    assert said and len(said) <= MAX_LABEL_CHARS
+    assert "\n" not in said and GLOSS not in said
+
+
+def test_a_listing_of_records_says_what_each_id_is_on_shared_lines() -> None:
+    """Tool output of 40 flight records: the best-ranked id keeps its whole line, every other
+    one is written after its key (`key: value`), ids of one key on one line; none bare."""
+    listing = "\n".join(
+        f'{{"flight_number": "HAT{n:03d}", "origin": "JFK", "payment_id": "gift_card_{n:07d}"}}'
+        for n in range(40)
+    )
+    collector = Collector(100)
+    collector.scan(2, listing)
+    found = collector.candidates()
+    index = select_anchors(
+        found, 200, COUNT, lambda _: False, collector.meaning, None, collector.labels
+    )
+    lines = render_anchors(index, ANCHORS_HEADER).splitlines()[1:]
+    assert all(GLOSS in line or ": " in line.removeprefix("- tools: ") for line in lines)
+    keyed = [
+        line
+        for line in lines
+        if line.startswith(("- tools: flight_number: HAT", "- tools: payment_id: gift_card_"))
+    ]
+    assert len(keyed) == 2 and all(line.count(SEPARATOR) >= 3 for line in keyed)
+    assert parse_anchors("\n".join(lines)) == index
+    assert len(index.tools) >= 12
+
+
+def test_a_key_on_a_later_line_names_what_the_value_is() -> None:
+    text = "The access code for the south gate is NEEDLE-ae47.\nGATE_CODE: NEEDLE-ae47"
+    assert label(text, "NEEDLE-ae47") == "GATE_CODE"
+    collector = Collector(10)
+    collector.scan(0, text)
+    index = select_anchors(
+        collector.candidates(), 40, COUNT, lambda _: False, {}, None, collector.labels
+    )
+    assert render_anchors(index, ANCHORS_HEADER).endswith("- user: GATE_CODE: NEEDLE-ae47")
+
+
+def test_a_long_line_is_cut_from_the_start_of_the_sentence_that_names_the_anchor() -> None:
+    line = "x" * 150 + ". The access code for the east gate is NEEDLE-311b. " + "y" * 150
+    said = gloss(line, "NEEDLE-311b")
+    assert said.startswith("…The access code for the east gate is NEEDLE-311b.")
+    assert len(said) <= MAX_GLOSS_CHARS + 2
+
+
+def test_a_value_of_a_key_is_written_as_key_value_and_its_line_is_spared() -> None:
+    assert keyed('"reservations": ["AB12CD", "XY34ZZ"]', "XY34ZZ") == "reservations"
+    assert keyed('{"flight_number": "HAT009", "date": "2024-05-01"}', "HAT009") == "flight_number"
+    assert keyed("max_retry_ms=3000 (from conf/app.yaml)", "conf/app.yaml") == ""
+    assert keyed("The code for the gate is NEEDLE-ae47.", "NEEDLE-ae47") == ""
+    collector = Collector(10)
+    collector.scan(2, 'lookup done\n{"flight_number": "HAT009", "origin": "JFK"}')
+    assert "HAT009" not in collector.meaning and collector.labels["HAT009"] == "flight_number"
+
+
+def test_a_handoffs_labels_and_keys_survive_the_next_compression() -> None:
+    first = Collector(10)
+    first.scan(2, '{"flight_number": "HAT009"}\nsee HAT011 and the rest')
+    index = select_anchors(
+        first.candidates(), 60, COUNT, lambda _: False, first.meaning, None, first.labels
+    )
+    parsed = parse_anchors(render_anchors(index, ANCHORS_HEADER).split("\n", 1)[1])
+    again = Collector(10)
+    for tier, values in enumerate(parsed.tiers()):
+        again.add(tier, values, meaning=parsed.glosses())
+    assert again.labels["HAT009"] == "flight_number" and "HAT009" not in again.meaning

@@ -1,0 +1,90 @@
+"""Labels: a few words that say what an anchor is, read off the text it was found in (pure).
+
+A handoff's anchor index writes each anchor with what it is (`compression.verbatim.anchors`).
+The cheapest honest answer is the key the anchor is the value of: `"flight_number": "HAT009"`
+says HAT009 is a flight number, and `reservations: [A, B]` that A and B are reservations. Else
+the words just before it on its line (`Your reservation 4BMN53` -> `reservation`), else its
+kind by shape (`file`, `path`, `error`, `url`, `id`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MAX_LABEL_CHARS = 32
+LABEL_SCAN_CHARS = 80  # of the line before an anchor, where its key or describing words are
+LABEL_OCCURRENCES = 4  # of an anchor in one text, searched for a `key: value` line
+
+_KEY = re.compile(r"([A-Za-z_][\w.-]{1,40})[\"']?\s*[:=]")  # "key": value, key=value, Key: value
+_WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z_-]+(?![\w-])")  # whole words, not an id's letters
+_STOP_WORDS = frozenset(
+    "a an and are as at be by for from has have in is it its my of on or our that the their "
+    "this to was were will with you your".split()
+)
+# From a key's `:` to its value: quotes and brackets, and a list's earlier items.
+_KEYED_GAP = re.compile(r"[\s\"'\[{(]*(?:[\w./-]+[\"']?\s*,\s*[\"']?)*")
+_NOT_KEYS = frozenset(("http", "https", "ftp", "file"))
+_ERROR = re.compile(r"[A-Z][A-Za-z0-9]*(?:Error|Exception)")
+_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
+
+
+def label(text: str, value: str) -> str:
+    """A few words that say what `value` is, read off `text` (where it was found): the key it
+    is the value of on any of its first lines, else the words just before it, else its kind.
+    Never empty."""
+    befores = list(_befores(text, value))
+    for before in befores:
+        keys = _keys(before, value)
+        if keys:
+            return keys[-1][0][:MAX_LABEL_CHARS]
+    if befores and kind(value) == "id":  # a path, an error, a URL: its kind says more
+        words: list[str] = [
+            w for w in _WORD.findall(befores[0])[-5:] if w.lower() not in _STOP_WORDS
+        ]
+        if words:
+            return " ".join(words[-2:])[:MAX_LABEL_CHARS]
+    return kind(value)
+
+
+def keyed(text: str, value: str) -> str:
+    """The key `value` is the value of (`"flight_number": "HAT009"`, `user_id=mia_li_3668`,
+    `ids: [A, B]`) on one of its first lines of `text`, or "": then `key: value` says what it
+    is, and its line would say no more at a higher cost."""
+    for before in _befores(text, value):
+        keys = _keys(before, value)
+        if keys and _KEYED_GAP.fullmatch(before[keys[-1][1] :]):
+            return keys[-1][0][:MAX_LABEL_CHARS]
+    return ""
+
+
+def _keys(before: str, value: str) -> list[tuple[str, int]]:
+    """The keys in `before`, each with where its `:` or `=` ends."""
+    return [
+        (m.group(1), m.end())
+        for m in _KEY.finditer(before)
+        if m.group(1).lower() not in _NOT_KEYS and m.group(1) != value
+    ]
+
+
+def _befores(text: str, value: str) -> Iterable[str]:
+    """What stands before `value` on its line, for its first few occurrences."""
+    at = text.find(value)
+    for _ in range(LABEL_OCCURRENCES):
+        if at < 0:
+            return
+        yield text[max(0, text.rfind("\n", 0, at) + 1, at - LABEL_SCAN_CHARS) : at]
+        at = text.find(value, at + len(value))
+
+
+def kind(value: str) -> str:
+    """What an anchor is by its shape alone."""
+    if value.startswith(("http://", "https://")):
+        return "url"
+    if _ERROR.fullmatch(value):
+        return "error"
+    if _EXTENSION.search(value):
+        return "file"
+    if "/" in value:
+        return "path"
+    return "id"
