@@ -108,6 +108,9 @@ class Turn:
             checkpoint_id=checkpoint_id,
             checkpoint_key=checkpoint_key,
             estimate=None,
+            # Placements point into the view they were made for; a new view has none.
+            placed=(),
+            ahead_tokens=0,
         )
 
     def upstream_body(self) -> bytes:
@@ -193,11 +196,17 @@ def reservation(turn: Turn) -> int | None:
 
 
 def with_text(message: Message, text: str) -> Message:
-    """`message` with `text` appended to its content (a part of its own in a list)."""
+    """`message` with `text` added to its content (a part of its own in a list): after a
+    user's words, before a tool's output, whose end is where a tool reports how it went (an
+    exit status, a test summary), so that stays the last thing the model reads."""
     content: Any = message.get("content")
     out = dict(message)
+    first = message.get("role") == "tool"
     if isinstance(content, list):
-        out["content"] = [*content, {"type": "text", "text": text}]
+        part = {"type": "text", "text": text}
+        out["content"] = [part, *content] if first else [*content, part]
+    elif first:
+        out["content"] = f"{text}\n\n{content or ''}"
     else:
         out["content"] = f"{content or ''}\n\n{text}"
     return cast(Message, out)

@@ -11,6 +11,7 @@ request the placement stays where it was put and is not put in twice.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import anthropic
@@ -29,7 +30,7 @@ from tests.session.test_recall import (
     history,
     proxy_for,
 )
-from tests.simulator import ModelSpec, Reply, Simulator, is_summary_request
+from tests.simulator import InViewModel, ModelSpec, Reply, Simulator, is_summary_request
 from tests.simulator.fixtures import simulator_fixture
 
 
@@ -227,3 +228,99 @@ def test_the_lineages_placements_share_one_budget(sim: Simulator, tmp_path: Any)
         events = ahead_events(proxy)
     assert [h is not None for h in headers] == [True, False, True, False]
     assert sum(e["tokens_after"] for e in events) <= int(WINDOW * 0.02)
+
+
+def test_the_sessions_figure_leaves_the_placed_passages_out(sim: Simulator, tmp_path: Any) -> None:
+    """A compression drops every placement, so placements must not be what triggers one: the
+    session's figure, which the triggers read, is the provider's less the passages placed."""
+    with proxy_for(sim, tmp_path, ahead=True) as proxy:
+        messages = history()
+        messages[-1] = {"role": "user", "content": "Go on with the handlers."}
+        ask(proxy, messages)
+        messages += [
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "Show me what REVIEW.md says, please."},
+        ]
+        raw = client_for(proxy).chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=messages,  # type: ignore[arg-type]
+            extra_headers={"X-Session-Id": "ahead"},
+        )
+        billed = raw.parse().usage.prompt_tokens  # type: ignore[union-attr]
+        assert "x-ctxgate-recalled-ahead" in raw.headers
+        placed = sum(e["tokens_after"] for e in ahead_events(proxy))
+        url = f"{proxy.base_url.removesuffix('/v1')}/admin/sessions/{scope_for('sk-recall')}/ahead"
+        for _ in range(100):  # usage is written behind the answer
+            session = httpx.get(url, headers={"Authorization": "Bearer adm"}).json()["session"]
+            if session["request_count"] == 2:
+                break
+            time.sleep(0.05)
+    assert placed > 0
+    assert session["last_prompt_tokens"] == billed - placed
+
+
+def test_a_tool_results_own_output_stays_last(sim: Simulator, tmp_path: Any) -> None:
+    """A tool reports how it went at the end of its output (an exit status, `step N done`),
+    and a model reads the end of the request most: passages go before the output, so no
+    older text quoted from the archive is the last thing the model reads."""
+    own = "grep: REVIEW.md: the file was moved\nstep 9 done"
+    call = {
+        "id": "call_grep",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": json.dumps({"path": "REVIEW.md"})},
+    }
+    with proxy_for(sim, tmp_path, ahead=True) as proxy:
+        messages = history()
+        messages[-1] = {"role": "user", "content": "Go on with the handlers."}
+        ask(proxy, messages)
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_grep", "content": own},
+        ]
+        text, headers = ask(proxy, messages)
+    last = forwarded(sim)[-1]["messages"][-1]
+    assert "x-ctxgate-recalled-ahead" in headers and text == f"From view: {FACT}."
+    assert last["role"] == "tool" and last["content"].endswith(own)
+    assert last["content"].index(FACT) < last["content"].index(own)
+    assert InViewModel(()).action(forwarded(sim)[-1]) == "step 10"
+
+
+def test_on_the_messages_api_a_tool_result_keeps_its_output_last(
+    sim: Simulator, tmp_path: Any
+) -> None:
+    settings = settings_for(
+        sim.base_url,
+        str(tmp_path / "ahead.db"),
+        api_key=None,
+        models=[{"match": "*", "upstream": "sim", "context_length": WINDOW}],
+        compression={"background": False, "recall": {"ahead": True}},
+        upstreams={"sim": {"base_url": sim.base_url, "apis": ["chat", "messages"]}},
+    )
+    tools = [{"name": "read_file", "input_schema": {"type": "object", "properties": {}}}]
+    own = "grep: REVIEW.md: the file was moved\nstep 9 done"
+    with ProxyServer(settings) as proxy:
+        client = anthropic.Anthropic(
+            base_url=proxy.base_url.removesuffix("/v1"), api_key="sk-recall", max_retries=0
+        )
+        messages = anthropic_history()
+        messages[-1] = {"role": "user", "content": [{"type": "text", "text": "Go on."}]}
+        use = {"type": "tool_use", "id": "toolu_grep", "name": "read_file", "input": {}}
+        result = {"type": "tool_result", "tool_use_id": "toolu_grep", "content": own}
+        for extra in (
+            [],
+            [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}],
+        ):
+            messages += extra
+            raw = client.messages.with_raw_response.create(
+                model=MODEL,
+                max_tokens=512,
+                messages=messages,  # type: ignore[arg-type]
+                tools=tools,  # type: ignore[arg-type]
+                extra_headers={"X-Session-Id": "ahead-tool-result"},
+            )
+    sent = [r for r in sim.received if r.is_messages and not r.is_summary][-1].body["messages"]
+    assert "x-ctxgate-recalled-ahead" in raw.headers
+    block = sent[-1]["content"][0]
+    assert block["type"] == "tool_result" and block["tool_use_id"] == "toolu_grep"
+    content = json.dumps(block["content"])
+    assert FACT in content and content.index(FACT) < content.index("step 9 done")
