@@ -62,7 +62,7 @@ class Turn:
     recalled_tokens: int = 0  # tokens of archived text those rounds read back
     compression_off: bool = False  # switched off for the session: the view is the client's
     ahead: tuple[str, ...] = ()  # handles recall before asking put in view for this request
-    # (view index, text) ctxgate appends to that message when forwarding (recall before
+    # (view index, text) ctxgate adds to that message when forwarding (recall before
     # asking): in what the provider gets only, never in the view the session keeps.
     placed: tuple[tuple[int, str], ...] = ()
     ahead_tokens: int = 0  # what the lineage's placements add to the view

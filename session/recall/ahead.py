@@ -5,17 +5,19 @@ its newest turn (the user's message or a tool result, and the arguments of the m
 it answers) names something the lineage's archive holds and the view does not, ctxgate puts
 the best few passages back, each with its handle:
 
-    1. exact identifiers first (ids, paths, error names, config keys the turn names);
-    2. for a question, the archived message whose words match it best, when at least
-       `_STRONG` of the question's terms meet in it.
+    1. for a question, the archived message where most of its words meet (at least
+       `_STRONG` and half of its terms within `_NEAR` characters);
+    2. exact identifiers (ids, paths, error names, config keys the turn names).
 
-The passages are appended to the newest message, so only the tail of the request changes and
-the provider's cached prefix holds. A placement stays where it was put on every later request
-of the lineage until its next compression (a new checkpoint), so that prefix keeps holding; a
-passage already placed, or whose text the view holds, is never put in twice. All of a
-lineage's placements together are bounded by `ahead_share` of the window; only lineages with
-an archive are searched; `ahead: false` turns it off. Placements live in this process:
-another worker does not see them and leaves the tail as the client sent it.
+Each passage is the lines around what was named or asked. It goes after a user's words and
+before a tool's output (whose end reports how the tool went), so only the tail of the request
+changes and the provider's cached prefix holds. A placement stays where it was put on every
+later request of the lineage until its next compression (a new checkpoint), so that prefix
+keeps holding; a passage already placed, or whose text the view holds, is never put in twice.
+All of a lineage's placements together are bounded by `ahead_share` of the window (names a
+turn mentions in passing fill half of it at most); only lineages with an archive are searched;
+`ahead: false` turns it off. Placements live in this process: another worker does not see
+them and leaves the tail as the client sent it.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ _LINEAGES = 2048  # lineages whose placements this process remembers
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Text ctxgate appended to one client message."""
+    """Text ctxgate added to one client message."""
 
     at: int  # the client message's position
     digest: str  # its chained digest, so an edited history drops the placement
@@ -302,7 +304,7 @@ class Foresight:
 
 
 def _placed(turn: Turn, placements: Sequence[Placement]) -> Turn:
-    """The turn with each placement to be appended to its client message when forwarded (the
+    """The turn with each placement to be added to its client message when forwarded (the
     view the session keeps, compresses and measures stays the client's)."""
     if not placements:
         return turn
