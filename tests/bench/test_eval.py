@@ -184,8 +184,10 @@ def test_planted_facts_are_answered_through_the_recall_tool(
     assert not any(p.client_tool_call for p in probes), "a recall call reached the client"
     correct = sum(p.correct for p in probes)
     assert correct >= MIN_FACTS_ANSWERED * len(probes), f"{correct}/{len(probes)} facts"
+    # Recall before asking puts many facts back in view before the question reaches the
+    # model (the never-recall arm measures that); the rest must come through the tool.
     recalled = [p for p in probes if not p.in_view and p.correct]
-    assert len(recalled) >= len(probes) // 2, "the recall path is barely exercised"
+    assert len(recalled) >= len(probes) // 4, "the recall path is barely exercised"
     assert all(p.recall_calls > 0 for p in recalled)
     assert {p.streamed for p in recalled} == {True, False}
 

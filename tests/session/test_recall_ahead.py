@@ -95,7 +95,7 @@ def test_the_passage_the_turn_names_is_put_at_the_end(
         _, later = ask(proxy, messages)
         again = forwarded(sim)[-1]["messages"]
         assert again[: len(sent)] == sent
-        assert json.dumps(again).count("[ctxgate recalled these") == 1
+        assert json.dumps(again).count("[ctxgate recalled archived") == 1
         assert "x-ctxgate-recalled-ahead" not in later
         events = ahead_events(proxy)
     # One placement, reported once: its passages and their tokens.
