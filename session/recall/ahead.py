@@ -125,11 +125,26 @@ def passage(found: ArchivedMessage, about: str | Sequence[str]) -> str:
     text = _searchable(found)
     lowered = text.lower()
     named = isinstance(about, str)
-    at = lowered.find(about.lower()) if isinstance(about, str) else densest(lowered, about, _NEAR)
+    at = lowered.find(about.lower()) if isinstance(about, str) else answer_at(lowered, about)
     start, end = lines_around(text, max(0, at), _PASSAGE_CHARS if named else _ANSWER_CHARS)
     lead, tail = ("…" if start else ""), ("…" if end < len(text) else "")
     role = str(cast(Message, found.message).get("role") or "?")
     return f"{handle(found.position)} ({role}): {lead}{text[start:end].strip()}{tail}"
+
+
+def answer_at(text: str, terms: Sequence[str]) -> int:
+    """Where a question's answer is in `text` (lower case): the line holding most of its
+    distinct terms (the first such), or in a line too long to quote whole, where they are
+    densest in it. A line that holds the subject and the label is the answer, not the
+    line above it that holds one common word of the question."""
+    best, at, start = 0, 0, 0
+    for line in text.split("\n"):
+        held = sum(term in line for term in terms)
+        if held > best:
+            best = held
+            at = start if len(line) <= _ANSWER_CHARS else start + densest(line, terms, _NEAR)
+        start += len(line) + 1
+    return at
 
 
 def lines_around(text: str, at: int, width: int) -> tuple[int, int]:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from session.identity import scope_for
-from session.recall.ahead import strongest
+from session.recall.ahead import passage, strongest
 from storage import ArchivedMessage, search_terms
 from tests.servers import ProxyServer, settings_for
 from tests.session.test_recall import (
@@ -203,6 +203,27 @@ def test_a_question_gets_the_passage_that_holds_most_of_its_words() -> None:
     terms = search_terms("What is the access code for the north gate?").distinct()
     assert strongest([east, north, other], terms) is north  # the search ranked east first
     assert strongest([other], terms) is None  # one shared word is no match
+
+
+def test_a_questions_passage_holds_the_line_that_answers_it() -> None:
+    """The passage is around the line holding most of the question's words, not where the
+    first of them happens to be (an agent's reminder "… only." a few lines above)."""
+    text = "\n".join(
+        [
+            "Reply with one command only.",
+            "(Open file: /marshmallow-code__marshmallow/src/marshmallow/fields.py)",
+            "(Current directory: /marshmallow-code__marshmallow)",
+            "The access code for the backup router is NEEDLE-1.",
+            "bash-$",
+        ]
+    )
+    found = ArchivedMessage(7, {"role": "user", "content": text}, 1, 0.0)
+    terms = search_terms(
+        "What is the access code for the backup router? Reply with the access code only."
+    ).distinct()
+    assert strongest([found], terms) is found
+    quoted = passage(found, terms)
+    assert quoted.startswith("m7 (user): ") and "backup router is NEEDLE-1." in quoted
 
 
 def test_the_lineages_placements_share_one_budget(sim: Simulator, tmp_path: Any) -> None:
