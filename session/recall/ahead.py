@@ -15,7 +15,7 @@ changes and the provider's cached prefix holds. A placement stays where it was p
 later request of the lineage until its next compression (a new checkpoint), so that prefix
 keeps holding; a passage already placed, or whose text the view holds, is never put in twice.
 All of a lineage's placements together are bounded by `ahead_share` of the window (names a
-turn mentions in passing fill half of it at most); only lineages with an archive are searched;
+turn mentions in passing fill a third of it at most); only lineages with an archive are searched;
 `ahead: false` turns it off. Placements live in this process: another worker does not see
 them and leaves the tail as the client sent it.
 """
@@ -120,13 +120,15 @@ def _searchable(found: ArchivedMessage) -> str:
 
 
 def passage(found: ArchivedMessage, about: str | Sequence[str]) -> str:
-    """An archived message as placed: its handle and role, and its text around `about` (a
-    name, or where most of a question's terms meet)."""
+    """An archived message as placed: its handle and role, and its text around `about`: the
+    lines around a name; for a question (its terms), the line that answers it, alone (its
+    handle reads the rest)."""
     text = _searchable(found)
     lowered = text.lower()
-    named = isinstance(about, str)
-    at = lowered.find(about.lower()) if isinstance(about, str) else answer_at(lowered, about)
-    start, end = lines_around(text, max(0, at), _PASSAGE_CHARS if named else _ANSWER_CHARS)
+    if isinstance(about, str):
+        start, end = lines_around(text, max(0, lowered.find(about.lower())), _PASSAGE_CHARS)
+    else:
+        start, end = lines_around(text, answer_at(lowered, about), _ANSWER_CHARS, alone=True)
     lead, tail = ("…" if start else ""), ("…" if end < len(text) else "")
     role = str(cast(Message, found.message).get("role") or "?")
     return f"{handle(found.position)} ({role}): {lead}{text[start:end].strip()}{tail}"
@@ -147,16 +149,18 @@ def answer_at(text: str, terms: Sequence[str]) -> int:
     return at
 
 
-def lines_around(text: str, at: int, width: int) -> tuple[int, int]:
+def lines_around(text: str, at: int, width: int, alone: bool = False) -> tuple[int, int]:
     """The span of whole lines around `at` that fits `width` characters (the line holding
-    `at` first, then its neighbours, nearer first); a line longer than `width` is cut around
-    `at`. Whole lines: a record or a sentence is not cut mid-way when it fits."""
+    `at` first, then unless `alone` its neighbours, nearer first); a line longer than `width`
+    is cut around `at`. Whole lines: a record or a sentence is not cut mid-way when it fits."""
     start = text.rfind("\n", 0, at) + 1
     end = text.find("\n", at)
     end = len(text) if end < 0 else end
     if end - start > width:
         start = max(start, at - width // 3)
         return start, min(end, start + width)
+    if alone:
+        return start, end
     while True:
         before = text.rfind("\n", 0, max(0, start - 1)) + 1 if start > 0 else None
         after = text.find("\n", end + 1) if end < len(text) else None
@@ -251,10 +255,10 @@ class Foresight:
         placed = {h for p in placements for h in p.handles}
         # One share of the window for all the lineage's placements until its next compression:
         # each stays in every later request, so per-request shares would pile up. Names a turn
-        # mentions in passing may fill half of it; the rest is kept for what the user asks.
+        # mentions in passing may fill a third of it; the rest is kept for what the user asks.
         share = int(turn.context_length * self.settings.ahead_share)
         spent = sum(p.tokens for p in placements)
-        rooms = {True: share - spent, False: share // 2 - spent}  # asked -> room
+        rooms = {True: share - spent, False: share // 3 - spent}  # asked -> room
         if rooms[True] <= 0:
             return None
         try:

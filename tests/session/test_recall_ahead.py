@@ -229,16 +229,16 @@ def test_a_questions_passage_holds_the_line_that_answers_it() -> None:
 def test_the_lineages_placements_share_one_budget(sim: Simulator, tmp_path: Any) -> None:
     """Each placement stays in every later request until the next compression, so all of
     them together stay within `ahead_share` of the window (here 163 tokens); names a turn
-    mentions in passing fill half of it at most, the rest is kept for what the user asks."""
+    mentions in passing fill a third of it at most, the rest is kept for what the user asks."""
     with proxy_for(sim, tmp_path, ahead=True, ahead_share=0.02) as proxy:
         messages = history()
         messages[-1] = {"role": "user", "content": "Go on with the handlers."}
         ask(proxy, messages)
         headers = []
         for said in [
-            "Show me what REVIEW.md says, please.",  # a name: its passage fits half the share
-            "Now handler_5_3, please.",  # another name: the names' half is spent
-            "What does handler_6_2 return in module 6?",  # a question: the other half
+            "Show me what REVIEW.md says, please.",  # a name: its passage fits a third of the share
+            "Now handler_5_3, please.",  # another name: the names' third is spent
+            "What does handler_6_2 return in module 6?",  # a question: what is left
             "And in module 7, what does handler_7_2 return?",  # nothing left
         ]:
             messages += [
