@@ -112,6 +112,16 @@ def strongest(hits: Sequence[ArchivedMessage], terms: Sequence[str]) -> Archived
     return best[2] if best is not None and best[0] >= needed else None
 
 
+def rarer(hits: Sequence[ArchivedMessage], terms: Sequence[str]) -> str | None:
+    """A narrower query for a question: its terms that fewer than half of its search's hits
+    hold. The search ranks only a lineage's newest matches, and
+    a question's common words (`code`, `only`) match many newer messages than its answer;
+    its rarer words (`staging vault`) find the answer however old. None: no such subset."""
+    texts = [_searchable(hit).lower() for hit in hits]
+    rare = [t for t in terms if 2 * sum(t in text for text in texts) < len(texts)]
+    return " ".join(rare) if texts and 0 < len(rare) < len(terms) else None
+
+
 def _searchable(found: ArchivedMessage) -> str:
     """An archived message's text and its calls' arguments, as a passage quotes it."""
     message = cast(Message, found.message)
@@ -292,9 +302,11 @@ class Foresight:
         asked = question(turn.messages)
         if asked is not None:
             terms = search_terms(asked).distinct()
-            best = strongest(
-                await self.store.search_archive(turn.key, asked, _QUESTION_HITS), terms
-            )
+            hits = await self.store.search_archive(turn.key, asked, _QUESTION_HITS)
+            narrower = rarer(hits, terms)
+            if narrower is not None:
+                hits += await self.store.search_archive(turn.key, narrower, _QUESTION_HITS)
+            best = strongest(hits, terms)
             if best is not None:
                 found[best.position] = (best.position, passage(best, terms), True)
         names = newest_names(turn.messages) if with_names else []

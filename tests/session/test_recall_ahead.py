@@ -345,3 +345,45 @@ def test_on_the_messages_api_a_tool_result_keeps_its_output_last(
     assert block["type"] == "tool_result" and block["tool_use_id"] == "toolu_grep"
     content = json.dumps(block["content"])
     assert FACT in content and content.index(FACT) < content.index("step 9 done")
+
+
+def test_an_old_answer_is_found_though_newer_messages_share_the_questions_words(
+    sim: Simulator, tmp_path: Any
+) -> None:
+    """The archive search ranks only a lineage's newest matches. A question's common words
+    ("code", "only") match 150 newer messages here; its rarer words find the old answer."""
+    answer = "The access code for the staging vault is the word bluebird."
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a support agent."},
+        {"role": "user", "content": "Check my bookings."},
+    ]
+    for n in range(150):
+        if n == 5:
+            messages += [{"role": "assistant", "content": f"Booked. {answer}"}]
+            messages += [{"role": "user", "content": "Thanks. Go on with the others."}]
+        messages += [
+            {
+                "role": "assistant",
+                "content": f"Step {n}: checked the code of booking {n}; its seat, its fare and "
+                "its dates are as you asked, nothing else changed.",
+            },
+            {
+                "role": "user",
+                "content": f"Reply with booking {n} only; the code stays as is, and the seat "
+                "and the fare stay too.",
+            },
+        ]
+    with proxy_for(sim, tmp_path, ahead=True) as proxy:
+        messages[-1] = {"role": "user", "content": "Go on."}
+        ask(proxy, messages)  # compresses: the answer is archived
+        assert answer not in json.dumps(forwarded(sim)[-1]["messages"])
+        messages += [
+            {"role": "assistant", "content": "Done."},
+            {
+                "role": "user",
+                "content": "What is the access code for the staging vault? Reply with the code only.",
+            },
+        ]
+        _, headers = ask(proxy, messages)
+    assert "x-ctxgate-recalled-ahead" in headers
+    assert answer in forwarded(sim)[-1]["messages"][-1]["content"]
