@@ -55,6 +55,7 @@ _ANSWER_CHARS = 160  # of one, where a question's terms meet (the answer is a li
 _STRONG = 3  # distinct question terms a full-text hit must hold in one place
 _NEAR = 200  # characters within which a question's terms must meet
 _QUESTION_HITS = 8  # full-text hits of a question weighed by how many of its terms they hold
+_RARE = 3  # a question's rarest terms searched alone
 _LINEAGES = 2048  # lineages whose placements this process remembers
 
 
@@ -112,14 +113,16 @@ def strongest(hits: Sequence[ArchivedMessage], terms: Sequence[str]) -> Archived
     return best[2] if best is not None and best[0] >= needed else None
 
 
-def rarer(hits: Sequence[ArchivedMessage], terms: Sequence[str]) -> str | None:
-    """A narrower query for a question: its terms that fewer than half of its search's hits
-    hold. The search ranks only a lineage's newest matches, and
-    a question's common words (`code`, `only`) match many newer messages than its answer;
-    its rarer words (`staging vault`) find the answer however old. None: no such subset."""
+def rarer(hits: Sequence[ArchivedMessage], terms: Sequence[str]) -> list[str]:
+    """A question's rarest terms, each to be searched alone: those that fewer than half of its
+    search's hits hold, fewest first, `_RARE` at most. The search ranks only a lineage's
+    newest matches, and a question's common words (`code`, `only`) match more newer messages
+    than that; a rare word (`staging`) alone finds the answer however old. None of them when
+    every term is as common as the rest."""
     texts = [_searchable(hit).lower() for hit in hits]
-    rare = [t for t in terms if 2 * sum(t in text for text in texts) < len(texts)]
-    return " ".join(rare) if texts and 0 < len(rare) < len(terms) else None
+    held = {t: sum(t in text for text in texts) for t in terms}
+    rare = sorted((t for t in terms if 2 * held[t] < len(texts)), key=lambda t: held[t])
+    return rare[:_RARE] if texts and len(rare) < len(terms) else []
 
 
 def _searchable(found: ArchivedMessage) -> str:
@@ -303,9 +306,8 @@ class Foresight:
         if asked is not None:
             terms = search_terms(asked).distinct()
             hits = await self.store.search_archive(turn.key, asked, _QUESTION_HITS)
-            narrower = rarer(hits, terms)
-            if narrower is not None:
-                hits += await self.store.search_archive(turn.key, narrower, _QUESTION_HITS)
+            for rare in rarer(hits, terms):
+                hits += await self.store.search_archive(turn.key, rare, _QUESTION_HITS // 2)
             best = strongest(hits, terms)
             if best is not None:
                 found[best.position] = (best.position, passage(best, terms), True)
