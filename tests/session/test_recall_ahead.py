@@ -351,7 +351,8 @@ def test_an_old_answer_is_found_though_newer_messages_share_the_questions_words(
     sim: Simulator, tmp_path: Any
 ) -> None:
     """The archive search ranks only a lineage's newest matches. A question's common words
-    ("code", "only") match 150 newer messages here; its rarer words find the old answer."""
+    ("code", "only", "please") match 300 newer messages here; its rarest words, each alone,
+    find the old answer."""
     answer = "The access code for the staging vault is the word bluebird."
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a support agent."},
@@ -365,7 +366,7 @@ def test_an_old_answer_is_found_though_newer_messages_share_the_questions_words(
             {
                 "role": "assistant",
                 "content": f"Step {n}: checked the code of booking {n}; its seat, its fare and "
-                "its dates are as you asked, nothing else changed.",
+                "its dates are as you asked. Please tell me what else to check.",
             },
             {
                 "role": "user",
@@ -381,7 +382,8 @@ def test_an_old_answer_is_found_though_newer_messages_share_the_questions_words(
             {"role": "assistant", "content": "Done."},
             {
                 "role": "user",
-                "content": "What is the access code for the staging vault? Reply with the code only.",
+                "content": "What is the access code for the staging vault, please? Reply with "
+                "the code only.",
             },
         ]
         _, headers = ask(proxy, messages)
