@@ -248,7 +248,9 @@ class Conversations:
         if turn.request.passthrough:
             return
         model = turn.request.model
-        real = usage.prompt_tokens if usage else None
+        # The session's figure is its view's: passages recall before asking placed are not
+        # part of it (a compression drops them, so they must not be what triggers one).
+        real = max(1, usage.prompt_tokens - turn.ahead_tokens) if usage else None
         if real is not None and turn.estimate:
             self.models.calibrate(model, real, turn.estimate)
         prompt = real if real is not None else estimate_view(turn, *self._counting(turn))

@@ -62,7 +62,7 @@ class Turn:
     recalled_tokens: int = 0  # tokens of archived text those rounds read back
     compression_off: bool = False  # switched off for the session: the view is the client's
     ahead: tuple[str, ...] = ()  # handles recall before asking put in view for this request
-    # (view index, text) ctxgate appends to that message when forwarding (recall before
+    # (view index, text) ctxgate adds to that message when forwarding (recall before
     # asking): in what the provider gets only, never in the view the session keeps.
     placed: tuple[tuple[int, str], ...] = ()
     ahead_tokens: int = 0  # what the lineage's placements add to the view
@@ -110,6 +110,9 @@ class Turn:
             checkpoint_id=checkpoint_id,
             checkpoint_key=checkpoint_key,
             estimate=None,
+            # Placements point into the view they were made for; a new view has none.
+            placed=(),
+            ahead_tokens=0,
         )
 
     def upstream_body(self) -> bytes:
@@ -123,7 +126,7 @@ class Turn:
         view = list(self.view)
         for index, text in self.placed:
             if index < len(view):
-                view[index] = with_appended(view[index], text)
+                view[index] = with_passages(view[index], text)
         return view
 
     def response_headers(self) -> dict[str, str]:
@@ -194,12 +197,18 @@ def reservation(turn: Turn) -> int | None:
     return output_reservation(requested, turn.context_length)
 
 
-def with_appended(message: Message, text: str) -> Message:
-    """`message` with `text` appended to its content (a part of its own in a list)."""
+def with_passages(message: Message, text: str) -> Message:
+    """`message` with `text` added to its content (a part of its own in a list): after a
+    user's words, before a tool's output, whose end is where a tool reports how it went (an
+    exit status, a test summary), so that stays the last thing the model reads."""
     content: Any = message.get("content")
     out = dict(message)
+    first = message.get("role") == "tool"
     if isinstance(content, list):
-        out["content"] = [*content, {"type": "text", "text": text}]
+        part = {"type": "text", "text": text}
+        out["content"] = [part, *content] if first else [*content, part]
+    elif first:
+        out["content"] = f"{text}\n\n{content or ''}"
     else:
         out["content"] = f"{content or ''}\n\n{text}"
     return cast(Message, out)

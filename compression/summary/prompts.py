@@ -33,11 +33,12 @@ FILES_HEADER = (
 FILE_OPEN = "<<<file "  # followed by the path and ">>>"
 FILE_CLOSE = "<<<end file>>>"
 LAST_REPLY_HEADER = "## Your Last Reply (verbatim)"
-# Around archived passages ctxgate appends to a turn before forwarding it (recall before
-# asking): not the user's words, so never carried as theirs.
+# Around archived passages ctxgate adds to a turn before forwarding it (recall before
+# asking), after a user's words or before a tool's output: not the user's words, so never
+# carried as theirs.
 RECALLED_OPEN = (
-    "[ctxgate recalled these archived passages, which the turn above names; read one in full "
-    "with ctxgate_recall and its handle]"
+    "[ctxgate recalled archived passages this turn names; ctxgate_recall reads one in full "
+    "by its handle]"
 )
 RECALLED_CLOSE = "[end of recalled passages]"
 WORKING_SET_HEADER = "## Working Set (what the task works on, most relevant first)"

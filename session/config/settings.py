@@ -212,8 +212,10 @@ class RecallSettings:
     """Recall before asking: when the newest turn names something the session's archive holds
     and the view does not, put the best few archived passages back into view (appended to
     that turn, with their handles) before forwarding; `false`: only the model's own calls."""
-    ahead_share: float = 0.03
-    """Of the model's window, the most that recall before asking may add to one request."""
+    ahead_share: float = 0.05
+    """Of the model's window, the most that recall before asking may add to a request: all the
+    passages it put in since the session's last compression together (each stays where it
+    was put, so the provider's cached prefix holds)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,12 +170,14 @@ def test_every_removed_message_is_archived_and_recoverable(
 MIN_FACTS_ANSWERED = 0.95
 
 
-def test_planted_facts_are_answered_through_the_recall_tool(
+def test_planted_facts_are_answered_from_view_or_through_the_recall_tool(
     quick: tuple[EvalResults, Path],
 ) -> None:
     """After the last turn the client asks about every planted fact (every other question
-    streamed); facts compressed out of the view are answered after ctxgate served the recall
-    model's `ctxgate_recall` calls from its archive; the client never sees such a call."""
+    streamed). Recall before asking puts most of them back in view before the question
+    reaches the model; a fact still out of view is answered after ctxgate served the recall
+    model's `ctxgate_recall` calls from its archive; the client never sees such a call. (The
+    recall tool's own path, streamed and not, is tests/session/test_recall.py's.)"""
     results, _ = quick
     probes = [p for s in results.sessions for a in s.arms.values() for p in a.probes]
     assert len(probes) >= 20
@@ -185,9 +187,8 @@ def test_planted_facts_are_answered_through_the_recall_tool(
     correct = sum(p.correct for p in probes)
     assert correct >= MIN_FACTS_ANSWERED * len(probes), f"{correct}/{len(probes)} facts"
     recalled = [p for p in probes if not p.in_view and p.correct]
-    assert len(recalled) >= len(probes) // 2, "the recall path is barely exercised"
     assert all(p.recall_calls > 0 for p in recalled)
-    assert {p.streamed for p in recalled} == {True, False}
+    assert sum(p.in_view for p in probes) >= len(probes) // 2, "recall before asking idle"
 
 
 def test_no_recall_round_overflows_beside_large_tool_schemas() -> None:

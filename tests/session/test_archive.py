@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from compression import RECALLED_OPEN
+from compression import RECALLED_CLOSE, RECALLED_OPEN
 from session.identity import scope_for
 from tests.proxy.agent_loop import TOOLS, AgentLoop
 from tests.servers import ProxyServer, settings_for
@@ -39,15 +39,22 @@ def canonical(message: dict[str, Any]) -> str:
 
 
 def unplaced(message: dict[str, Any]) -> dict[str, Any]:
-    """The message without the archived passages recall before asking appended to it: the
-    client's original is still in view, only followed by them, so it replaces nothing."""
+    """The message without the archived passages recall before asking put in it (after a
+    user's words, before a tool's output): the client's original is still in view, only
+    beside them, so it replaces nothing."""
     content = message.get("content")
+    if isinstance(content, str) and content.startswith(RECALLED_OPEN):
+        end = content.find(RECALLED_CLOSE + "\n\n")
+        if end >= 0:
+            return {**message, "content": content[end + len(RECALLED_CLOSE) + 2 :]}
     if isinstance(content, str) and (at := content.find("\n\n" + RECALLED_OPEN)) >= 0:
         return {**message, "content": content[:at]}
     if isinstance(content, list) and content:
-        last = content[-1]
-        if isinstance(last, dict) and str(last.get("text", "")).startswith(RECALLED_OPEN):
-            return {**message, "content": content[:-1]}
+        for index in (0, -1):
+            part = content[index]
+            if isinstance(part, dict) and str(part.get("text", "")).startswith(RECALLED_OPEN):
+                rest = content[1:] if index == 0 else content[:-1]
+                return {**message, "content": rest}
     return message
 
 

@@ -4,8 +4,8 @@ Its task needs a few items (an instruction, a fact), each a line ``NAME: value``
 the conversation it is sent. Its next action is a call of the request's shell tool: with every
 item in view, the next step of the task, the items' values in its command
 (``step 4 --indent tabs --port 8123``); with one missing, a search for it instead
-(``grep -rn 'PORT:' .``). The step is the newest one a tool result reports (``step N done``),
-which a compression always keeps, so the action depends on the items in view and nothing else.
+(``grep -rn 'PORT:' .``). The step is read from the last tool result (``step N done``), which a
+compression always keeps, so the action depends on the items in view and nothing else.
 
 ``InViewModel(needs, noise=0.0, seed=0)``: deterministic with ``noise=0``; with ``noise=p`` it
 adds ``--verbose`` to a command with probability ``p`` (its own seeded generator, so a test run
@@ -94,11 +94,9 @@ def _view_text(body: dict[str, Any]) -> str:
 
 
 def _last_step(body: dict[str, Any]) -> int:
-    """The newest step a tool result reports done (0 before any): steps only go up, so an
-    older report quoted later in the view (a proxy may append recalled passages to the last
-    result) does not take the model back."""
+    """The step the last tool result reports done (0 before any)."""
     found = _STEP.findall(_view_text(body))
-    return max(int(step) for step in found) if found else 0
+    return int(found[-1]) if found else 0
 
 
 def step_result(step: int, filler_lines: int = 0) -> str:
