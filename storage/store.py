@@ -415,6 +415,7 @@ class SessionStore(Accounts, Tenancy):
             return await self._db.write(lambda conn: sessions.delete_session(conn, sk, keep_totals))
         finally:
             self._cache.clear()  # the session's forks went with it
+            self._checkpoints.clear()  # and their compressed views
 
     # -- model windows -----------------------------------------------------------------
 
