@@ -72,6 +72,7 @@ def config_from(args: argparse.Namespace) -> EvalConfig:
         quick=args.quick,
         shadow=not args.no_shadow,
         one_task=args.one_task if args.one_task is not None else (0 if args.quick else 2),
+        await_compression=args.await_compression,
     )
 
 
@@ -97,6 +98,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--gap-ms", type=float, default=20.0, help="pause between turns (tool time)"
+    )
+    parser.add_argument(
+        "--await-compression",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="before each next turn, wait (at most 30 s; a timeout is counted in the report) "
+        "until the session's background compression has landed, as a real agent's "
+        "seconds-long turns let it; --no-await-compression: turns only --gap-ms apart, so "
+        "where a compression lands depends on the machine's speed (default: await)",
     )
     parser.add_argument("--seed", type=int, default=0, help="needle codes")
     parser.add_argument(
