@@ -27,7 +27,11 @@ tokens (prompt tokens priced with cache tiers, OpenAI- and Anthropic-style), com
 by trigger, added latency with background compression on and off, and shadow agreement per
 window (ctxgate's shadow checks on a replay answered by the simulator's in-view model,
 deterministic and sampled: B vs A agreement beside the A' vs A noise floor). The never-recall
-arm's model answers only from its view (it never calls the recall tool). Writes eval.json,
+arm's model answers only from its view (it never calls the recall tool). Before each next
+turn the client waits until the session's background compression has landed (admin API
+`.../activity`, at most 30 s), as a real agent's seconds-long turns let it, so that the
+figures do not depend on the machine's speed (--no-await-compression: turns only --gap-ms
+apart). Writes eval.json,
 eval.md and eval.png under --out (default bench/results/) and prints the Markdown tables.
 """
 
