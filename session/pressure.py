@@ -118,11 +118,10 @@ def _known(
     known = seen.counts(counter, messages)
     missing = [i for i, n in enumerate(known) if n is None]
     if missing and sum(_size(messages[i]) for i in missing) < PIECE_CHARS:
-        new = [messages[i] for i in missing]
-        fresh = count_each(counter, new)
+        # Counted with the digests the memo holds for them: each message hashed once.
+        fresh = seen.count_each(counter, [messages[i] for i in missing])
         for i, n in zip(missing, fresh, strict=True):
             known[i] = n
-        seen.remember(counter, new, fresh)
         missing = []
     return known, missing
 
