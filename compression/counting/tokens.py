@@ -369,6 +369,8 @@ class TiktokenCounter(_BaseCounter):
         self._cache.put_many(counts)
 
     def count_tools(self, tools: Sequence[ToolSchema] | None) -> int:
+        """Tokens of the tool schemas; a list counted lately is found by the object (nothing
+        changes a parsed request in place), any other by its JSON's digest, else counted."""
         if not tools:
             return 0
         seen = self._tools_seen.get(id(tools))
