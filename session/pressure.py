@@ -100,7 +100,14 @@ async def counted(
     if not missing:
         return [n or 0 for n in known]
     new = [messages[i] for i in missing]
-    parts = await asyncio.gather(*(offload(count_piece, counter, p) for p in split(new, pieces)))
+    # Each piece goes with its messages' digests (the counter's cache keys, hashed here as
+    # the memo looked them up): a worker tokenizes, it does not hash them again.
+    digests = await asyncio.to_thread(seen_messages().digests, new)
+    runs, at = [], 0
+    for piece in split(new, pieces):
+        runs.append((piece, digests[at : at + len(piece)]))
+        at += len(piece)
+    parts = await asyncio.gather(*(offload(count_piece, counter, p, d) for p, d in runs))
     fresh = [n for part in parts for n in part]
     for i, n in zip(missing, fresh, strict=True):
         known[i] = n
@@ -118,11 +125,10 @@ def _known(
     known = seen.counts(counter, messages)
     missing = [i for i, n in enumerate(known) if n is None]
     if missing and sum(_size(messages[i]) for i in missing) < PIECE_CHARS:
-        new = [messages[i] for i in missing]
-        fresh = count_each(counter, new)
+        # Counted with the digests the memo holds for them: each message hashed once.
+        fresh = seen.count_each(counter, [messages[i] for i in missing])
         for i, n in zip(missing, fresh, strict=True):
             known[i] = n
-        seen.remember(counter, new, fresh)
         missing = []
     return known, missing
 
@@ -153,9 +159,12 @@ def _size(message: Message) -> int:
     return len(content) if isinstance(content, str) else len(str(message))
 
 
-def count_piece(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
-    """Each message's tokens (module-level: a pool worker runs it by name)."""
-    return count_each(counter, messages)
+def count_piece(
+    counter: TokenCounter, messages: Sequence[Message], digests: Sequence[str] | None = None
+) -> list[int]:
+    """Each message's tokens (module-level: a pool worker runs it by name); `digests`: the
+    messages' own, when the caller has them."""
+    return count_each(counter, messages, digests)
 
 
 def _anchored(turn: Turn) -> bool:

@@ -119,7 +119,9 @@ class SeenMessages:
     def counts(self, counter: TokenCounter, messages: Sequence[Message]) -> list[int | None]:
         """Each message's tokens by `counter` where known (this object, or its content in the
         counter's cache); None where it is still to be tokenized."""
-        entries = self._entries_of(messages)
+        return self._counts_of(counter, self._entries_of(messages))
+
+    def _counts_of(self, counter: TokenCounter, entries: list[_Entry]) -> list[int | None]:
         key = self._key(counter)
         out: list[int | None] = [entry.counts.get(key) for entry in entries]
         lookup = getattr(counter, "cached_counts", None)
@@ -147,11 +149,14 @@ class SeenMessages:
             store(fresh)
 
     def count_each(self, counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
-        """Each message's tokens by `counter`, tokenizing only those neither seen nor cached."""
-        known = self.counts(counter, messages)
+        """Each message's tokens by `counter`, tokenizing only those neither seen nor cached;
+        each message hashed once, for this memo and the counter's cache alike."""
+        entries = self._entries_of(messages)
+        known = self._counts_of(counter, entries)
         missing = [i for i, n in enumerate(known) if n is None]
         if missing:
-            fresh = count_each(counter, [messages[i] for i in missing])
+            digests = [entries[i].digest for i in missing]
+            fresh = count_each(counter, [messages[i] for i in missing], digests)
             for i, n in zip(missing, fresh, strict=True):
                 known[i] = n
         counts = [n or 0 for n in known]

@@ -66,6 +66,7 @@ EXACT_CHARS = 400_000
 CHUNK_CHARS = 65_536
 MAX_COUNTED_CHARS = 2_000_000
 _CUT_WINDOW = 4_096
+TOOL_LISTS_HELD = 16  # tool lists a counter remembers by object (each request holds one)
 
 
 class _LRU:
@@ -196,8 +197,10 @@ class _BaseCounter:
             return TOKENS_PER_MESSAGE + self._count_value(message)
         return self._count_uncached(message)
 
-    def count_each(self, messages: Sequence[Message]) -> list[int]:
-        """`count_message` of each message."""
+    def count_each(
+        self, messages: Sequence[Message], digests: Sequence[str] | None = None
+    ) -> list[int]:
+        """`count_message` of each message (`digests`: theirs, where the caller has them)."""
         return [self.count_message(m) for m in messages]
 
     def count_tools(self, tools: Sequence[ToolSchema] | None) -> int:
@@ -290,6 +293,10 @@ class TiktokenCounter(_BaseCounter):
         self.encoder: Encoder = enc
         self._cache = _LRU(cache_size)
         self._tools_cache = _LRU(64)
+        # The last tool lists counted, by object: a conversation's grown bodies share their
+        # tools with the body they grew from, counted then (writing 9 KB of schemas out as
+        # JSON and hashing it cost 80 µs). Held, so that each id stays its object's.
+        self._tools_seen: dict[int, tuple[Sequence[ToolSchema], int]] = {}
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its recipe: a process that unpickles it gets its own shared counter
@@ -329,13 +336,19 @@ class TiktokenCounter(_BaseCounter):
     def count_message(self, message: Message) -> int:
         return self._count_cached([message])[0]
 
-    def count_each(self, messages: Sequence[Message]) -> list[int]:
+    def count_each(
+        self, messages: Sequence[Message], digests: Sequence[str] | None = None
+    ) -> list[int]:
         """`count_message` of each message, the cache looked up and filled once for all (one
-        call a message cost 100,000 lookups and inserts for 100,000 messages)."""
-        return self._count_cached(messages) if messages else []
+        call a message cost 100,000 lookups and inserts for 100,000 messages). `digests`:
+        the messages' digests where the caller has them (the cache's keys: not hashed again)."""
+        return self._count_cached(messages, digests) if messages else []
 
-    def _count_cached(self, messages: Sequence[Message]) -> list[int]:
-        digests = message_digests(messages)
+    def _count_cached(
+        self, messages: Sequence[Message], digests: Sequence[str] | None = None
+    ) -> list[int]:
+        if digests is None:
+            digests = message_digests(messages)
         counts = self._cache.get_many(digests)
         fresh: list[tuple[Hashable, int]] = []
         for i, n in enumerate(counts):
@@ -356,8 +369,20 @@ class TiktokenCounter(_BaseCounter):
         self._cache.put_many(counts)
 
     def count_tools(self, tools: Sequence[ToolSchema] | None) -> int:
+        """Tokens of the tool schemas; a list counted lately is found by the object (nothing
+        changes a parsed request in place), any other by its JSON's digest, else counted."""
         if not tools:
             return 0
+        seen = self._tools_seen.get(id(tools))
+        if seen is not None and seen[0] is tools:
+            return seen[1]
+        n = self._count_tools(tools)
+        if len(self._tools_seen) >= TOOL_LISTS_HELD:
+            self._tools_seen.clear()  # a few lists: refilled by the next requests
+        self._tools_seen[id(tools)] = (tools, n)
+        return n
+
+    def _count_tools(self, tools: Sequence[ToolSchema]) -> int:
         text = _compact_json(list(tools))
         key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         cached = self._tools_cache.get_many([key])[0]
@@ -384,13 +409,17 @@ class TiktokenCounter(_BaseCounter):
     def clear_cache(self) -> None:
         self._cache.clear()
         self._tools_cache.clear()
+        self._tools_seen.clear()
 
 
-def count_each(counter: TokenCounter, messages: Sequence[Message]) -> list[int]:
+def count_each(
+    counter: TokenCounter, messages: Sequence[Message], digests: Sequence[str] | None = None
+) -> list[int]:
     """Each message's tokens: in one batch through a built-in counter, one call a message
-    through any other."""
+    through any other (`digests`: the messages' own, when known, which the built-in counters
+    key their caches by)."""
     if isinstance(counter, _BaseCounter):
-        return counter.count_each(messages)
+        return counter.count_each(messages, digests)
     return [counter.count_message(message) for message in messages]
 
 

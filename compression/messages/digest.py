@@ -144,6 +144,7 @@ def _frames(message: Message | Mapping[str, Any]) -> list[bytes]:
 
 
 _TAIL_PLAIN = b"N" + _NONE + b"D" + _NONE  # no name, no tool calls, no tool_call_id
+_EMPTY_CONTENT = b"Cs" + (0).to_bytes(8, "big")
 
 
 def _plain_frames(role: str, content: str) -> bytes:
@@ -162,23 +163,95 @@ def _plain_frames(role: str, content: str) -> bytes:
     )
 
 
+def _text(tag: bytes, text: str, out: list[bytes]) -> None:
+    """`_frame(tag, text)` of a string, appended to `out`."""
+    data = text.encode("utf-8", "surrogatepass")
+    out.append(tag + b"s" + len(data).to_bytes(8, "big"))
+    out.append(data)
+
+
+def _common_frames(m: Mapping[str, Any]) -> bytes | None:
+    """`b"".join(_frames(m))` for the shapes agents send every turn (an assistant turn with
+    plain tool calls, a tool result: string fields only), in one pass without a call per
+    field; None for any other shape (then `_frames` words it)."""
+    role, content, name = m.get("role"), m.get("content"), m.get("name")
+    call_id, calls = m.get("tool_call_id"), m.get("tool_calls")
+    if type(role) is not str or m.get("function_call"):
+        return None
+    out = [_VERSION_BYTES]
+    _text(b"R", role, out)
+    if type(content) is str and content:
+        _text(b"C", content, out)
+    elif content is None or content == "":
+        out.append(_EMPTY_CONTENT)
+    else:
+        return None
+    if type(name) is str and name:
+        _text(b"N", name, out)
+    elif name is None or name == "":
+        out.append(b"N" + _NONE)
+    else:
+        return None
+    if calls and not _call_frames(calls, out):
+        return None
+    if type(call_id) is str and call_id:
+        _text(b"D", call_id, out)
+    elif call_id is None or call_id == "":
+        out.append(b"D" + _NONE)
+    else:
+        return None
+    return b"".join(out)
+
+
+def _call_frames(calls: Any, out: list[bytes]) -> bool:
+    """Append `_frames`' tool-call part of plain calls (string fields) to `out`; False where
+    a call is any other shape."""
+    if type(calls) is not list:
+        return False
+    out.append(b"K" + len(calls).to_bytes(8, "big"))
+    for call in calls:
+        if type(call) is not dict:
+            return False
+        fn = call.get("function")
+        if type(fn) is not dict:
+            return False
+        ident, kind = call.get("id") or "", call.get("type") or "function"
+        fname, args = fn.get("name") or "", fn.get("arguments")
+        if args is None:
+            args = ""
+        if type(ident) is not str or type(kind) is not str:
+            return False
+        if type(fname) is not str or type(args) is not str:
+            return False
+        _text(b"i", ident, out)
+        _text(b"t", kind, out)
+        out.append(b"F")
+        _text(b"f", fname, out)
+        _text(b"a", args, out)
+    return True
+
+
+def canonical_form(message: Message | Mapping[str, Any]) -> bytes:
+    """The bytes a message's digest hashes (see the module doc)."""
+    if type(message) is dict:
+        if len(message) == 2:
+            role, content = message.get("role"), message.get("content")
+            if type(role) is str and type(content) is str and content:
+                return _plain_frames(role, content)
+        common = _common_frames(message)
+        if common is not None:
+            return common
+    return b"".join(_frames(message))
+
+
 def message_digest(message: Message | Mapping[str, Any]) -> str:
     """SHA-256 hex digest of a message's canonical form (see module doc)."""
-    if type(message) is dict and len(message) == 2:
-        role, content = message.get("role"), message.get("content")
-        if type(role) is str and type(content) is str and content:
-            return hashlib.sha256(_plain_frames(role, content)).hexdigest()
-    return hashlib.sha256(b"".join(_frames(message))).hexdigest()
+    return hashlib.sha256(canonical_form(message)).hexdigest()
 
 
 def sized_digest(message: Message | Mapping[str, Any]) -> tuple[str, int]:
     """`message_digest(message)` and the length of the canonical form it hashed."""
-    if type(message) is dict and len(message) == 2:
-        role, content = message.get("role"), message.get("content")
-        if type(role) is str and type(content) is str and content:
-            frames = _plain_frames(role, content)
-            return hashlib.sha256(frames).hexdigest(), len(frames)
-    data = b"".join(_frames(message))
+    data = canonical_form(message)
     return hashlib.sha256(data).hexdigest(), len(data)
 
 

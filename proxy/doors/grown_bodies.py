@@ -195,18 +195,18 @@ class GrownBodies:
             if skips:
                 self._foreign[key] = skips - 1
                 return
-        end = _array_end(raw, body, self.array)
-        if end is None:
+        layout = _layout(raw, body, self.array)
+        if layout is None:
             with self._lock:
                 self._foreign[key] = FOREIGN_SKIPS
                 if len(self._foreign) > FOREIGN_KEYS:
                     self._foreign.popitem(last=False)
-        elif end >= KEY_BYTES:  # else the opening holds bytes that will change
+        elif layout[0] >= KEY_BYTES:  # else the opening holds bytes that will change
             if self.mark is None:
                 marks = None
             elif marks is None:
                 marks = raw.count(self.mark)
-            starts = _starts(body[self.array], end=end)
+            end, starts = layout
             self._store(key, _Kept(raw, body, end, derived, marks, starts), replacing=None)
 
     def _keep_grown(
@@ -353,14 +353,13 @@ def _entries(text: bytes) -> list[Any] | None:
     return new
 
 
-def _starts(entries: list[Any], first: int | None = None, end: int = 0) -> tuple[int, ...]:
-    """Where each of `entries` starts in compact JSON, the first at `first` (or the last
-    ending at `end`): orjson writes each entry alone as inside the array, `,` between them."""
+def _starts(entries: list[Any], at: int) -> tuple[int, ...]:
+    """Where each of `entries` starts in compact JSON, the first at `at`: orjson writes each
+    entry alone as inside the array, `,` between them."""
     try:
         sizes = [len(orjson.dumps(e)) for e in entries]
     except orjson.JSONEncodeError:
         return ()
-    at = end - sum(sizes) - (len(sizes) - 1) if first is None else first
     starts = []
     for size in sizes:
         starts.append(at)
@@ -368,14 +367,31 @@ def _starts(entries: list[Any], first: int | None = None, end: int = 0) -> tuple
     return tuple(starts)
 
 
-def _array_end(raw: bytes, body: JsonObject, array: str) -> int | None:
-    """Where `array`'s last entry ends in `raw`, when orjson writes `body` back as `raw`."""
+def _layout(raw: bytes, body: JsonObject, array: str) -> tuple[int, tuple[int, ...]] | None:
+    """Where `array`'s last entry ends in `raw`, and where each entry starts, when orjson
+    writes `body` back as `raw`. orjson writes each value of an object or array as it writes
+    it alone, so writing every entry once is both the check of the array's bytes and where
+    each entry starts: the array is written once, not once for the check and again for the
+    offsets."""
+    keys = list(body)
+    at = keys.index(array)
+    before = {k: body[k] for k in keys[:at]}
+    after = {k: body[k] for k in keys[at + 1 :]}
     try:
-        if orjson.dumps(body) != raw:
-            return None
-        keys = list(body)
-        after = {k: body[k] for k in keys[keys.index(array) + 1 :]}
+        opening = orjson.dumps(before)[:-1] + b"," if before else b"{"
+        head = opening + orjson.dumps(array) + b":["
         tail = b"]," + orjson.dumps(after)[1:] if after else b"]}"
+        written = [orjson.dumps(entry) for entry in body[array]]
     except orjson.JSONEncodeError:
         return None
-    return len(raw) - len(tail)
+    joined = b",".join(written)
+    start, end = len(head), len(head) + len(joined)
+    if len(raw) != end + len(tail) or not raw.startswith(head) or not raw.endswith(tail):
+        return None
+    if raw[start:end] != joined:
+        return None
+    starts = []
+    for entry in written:
+        starts.append(start)
+        start += len(entry) + 1
+    return end, tuple(starts)

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from compression import Message, counter_for_model
+from compression.messages.digest import message_digests
 from session.pool import EnginePool
 from session.pressure import PIECE_CHARS, counted, split
 
@@ -91,3 +92,21 @@ def test_a_seen_history_goes_nowhere() -> None:
         counter.count_message(m) for m in small
     ]
     assert len(calls) == 1  # counted here: under a piece's size
+
+
+def test_each_piece_goes_with_its_messages_digests() -> None:
+    """A worker keys its counts by the digests the memo worked out: it does not hash the
+    messages again, and the digests are each piece's own."""
+    counter = counter_for_model("gpt-4o")
+    pieces: list[tuple[Sequence[Message], Sequence[str]]] = []
+
+    async def offload(function: Any, *args: Any) -> Any:
+        pieces.append((args[1], args[2]))
+        return function(*args)
+
+    messages = history(400, "keyed")
+    counts = asyncio.run(counted(counter, messages, offload, pieces=3))
+    assert counts == [counter.count_message(m) for m in messages]
+    assert len(pieces) > 1
+    assert [m for piece, _ in pieces for m in piece] == messages
+    assert all(list(digests) == message_digests(piece) for piece, digests in pieces)

@@ -127,3 +127,25 @@ def test_small_messages_are_charged_their_bookkeeping() -> None:
 
 def seen_objects(seen: SeenMessages) -> list[Any]:
     return [entry.message for entry in seen._entries.values()]
+
+
+class KeyingTiktoken(TiktokenCounter):
+    """The tiktoken counter, noting each batch it counts and whether its cache keys (the
+    messages' digests) came with it or had to be worked out again."""
+
+    def __init__(self) -> None:
+        super().__init__("o200k_base")
+        self.batches: list[tuple[int, bool]] = []
+
+    def _count_cached(self, messages: Any, digests: Any = None) -> list[int]:
+        self.batches.append((len(messages), digests is not None))
+        return super()._count_cached(messages, digests)
+
+
+def test_each_message_is_hashed_once_for_the_memo_and_the_counters_cache() -> None:
+    seen, counter = SeenMessages(), KeyingTiktoken()
+    history: list[Message] = [{"role": "user", "content": f"message {i} " * 20} for i in range(30)]
+    assert seen.count_each(counter, history) == [counter.count_message(m) for m in history]
+    assert counter.batches[0] == (30, True)  # the memo's digests, not hashed again
+    assert seen.hashed == 30
+    assert message_digests(history) == seen.digests(history)

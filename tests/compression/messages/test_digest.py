@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from compression.messages.digest import (
     DIGEST_VERSION,
     EMPTY_PREFIX_DIGEST,
+    _frames,
+    canonical_form,
     chain_digest,
     chained_digests,
     message_digest,
@@ -255,3 +257,53 @@ def test_chain_prefix_property(a: list[Any], b: list[Any]) -> None:
 def test_chain_survives_reserialisation(ms: list[Any]) -> None:
     shuffled = [dict(reversed(list(m.items()))) for m in json.loads(json.dumps(ms))]
     assert chained_digests(shuffled) == chained_digests(ms)
+
+
+# Every shape a field may take, the odd ones included: the one-pass form of the common shapes
+# must hash what the general framing hashes, and hand every other shape to it.
+_loose = st.one_of(
+    st.none(), st.just(""), st.text(max_size=6), st.integers(-2, 2), st.just([]), st.just({})
+)
+_function = st.one_of(
+    st.fixed_dictionaries({}, optional={"name": _loose, "arguments": _loose | st.just({"a": 1})}),
+    _loose,
+)
+_call = st.one_of(
+    st.fixed_dictionaries(
+        {}, optional={"id": _loose, "type": _loose, "function": _function, "index": _loose}
+    ),
+    _loose,
+)
+_text_part = st.fixed_dictionaries({"type": st.just("text"), "text": _text})
+_any_message = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["user", "assistant", "tool"]) | _loose,
+        "content": _loose | st.lists(_text_part),
+        "name": _loose,
+        "tool_call_id": _loose,
+        "tool_calls": st.lists(_call, max_size=3) | _loose,
+        "function_call": _loose | st.fixed_dictionaries({"name": _text, "arguments": _text}),
+        "refusal": _loose,
+    },
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_any_message)
+def test_the_one_pass_form_is_the_general_framing(message: Any) -> None:
+    assert canonical_form(message) == b"".join(_frames(message))
+
+
+def test_golden_values_of_a_tool_call_and_its_result() -> None:
+    """Digests stored in checkpoints before the one-pass form: the same values still."""
+    args = '{"user_id": "mia"}'
+    calling = assistant_calls(call("call_1", "get_user", args), content=None)
+    content = '{"name": "Mia Li"}'
+    result = {"role": "tool", "tool_call_id": "call_1", "name": "get_user", "content": content}
+    assert message_digest(calling) == (
+        "4eccee06b834a644da432b6f3884d303431aee60f1cad914817e06f6a0092233"
+    )
+    assert message_digest(result) == (
+        "99ca348d4f18e6a76c07f1a0e412decefb30e908fca84e2486407aa2a4426736"
+    )
