@@ -184,9 +184,13 @@ def carry_section(
 
 
 def _text(item: Message | str) -> str:
-    """What a model reads of a message: its text and its tool-call arguments."""
+    """What a model reads of a message: its text and its tool-call arguments. Of a message
+    that carries an earlier handoff (the newest user message it was merged into), only the
+    user's words: the new handoff replaces that one, with what it named."""
     if isinstance(item, str):
         return item
+    if handoff_text(item) is not None:
+        return user_text(item)
     parts = [content_text(item)]
     parts += [call_parts(call)[1] or "" for call in tool_calls_of(item)]
     return "\n".join(parts)

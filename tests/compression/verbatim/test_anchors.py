@@ -7,6 +7,7 @@ from compression.summary.handoff import Handoff, parse_handoff, render_handoff
 from compression.summary.prompts import ANCHORS_HEADER
 from compression.verbatim.anchors import (
     GLOSS,
+    GLOSS_SHARE,
     MAX_GLOSS_CHARS,
     SCAN_HEAD_CHARS,
     SEPARATOR,
@@ -18,7 +19,7 @@ from compression.verbatim.anchors import (
     render_anchors,
     select_anchors,
 )
-from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, label
+from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label
 from tests.compression.counters import CharCounter
 
 COUNT = CharCounter().count_text
@@ -89,7 +90,7 @@ def test_a_full_tier_stops_scanning() -> None:
 def test_each_tier_gets_its_share_then_the_leftovers_flow_down() -> None:
     users = [f"user_{n:03d}" for n in range(50)]
     tools = [f"tool_{n:03d}" for n in range(50)]
-    index = select_anchors([users, [], tools], 100, COUNT, lambda _: False)
+    index = select_anchors([users, [], tools], 100, COUNT, lambda _: False, line_room=0)
     assert index.agent == ()
     assert 0 < len(index.user) < 50 and 0 < len(index.tools) < 50
     cost = sum(COUNT(v + SEPARATOR) for tier in index.tiers() for v in tier)
@@ -135,7 +136,15 @@ def test_selection_stays_in_budget_in_order_and_skips_what_is_held(
 ) -> None:
     index = select_anchors(tiers, budget, COUNT, held.__contains__)
     chosen = [value for tier in index.tiers() for value in tier]
-    assert sum(COUNT(v + SEPARATOR) for v in chosen) <= max(budget, 0)
+    # without lines to write, the names take the lines' room too
+    total = max(budget, 0) + int(max(budget, 0) * GLOSS_SHARE)
+    labels = sum(
+        COUNT(f"{GLOSS}{label}\n- tools: ")
+        for tier in index.tiers()
+        for label in {kind(v) for v in tier}
+    )
+    used = sum(COUNT(v + SEPARATOR) for v in chosen) + labels
+    assert used <= total or budget <= 0
     assert not set(chosen) & held
     said = index.glosses()
     assert set(said) == set(chosen)  # no bare names
@@ -147,9 +156,11 @@ def test_selection_stays_in_budget_in_order_and_skips_what_is_held(
             assert group == sorted(group)
             start = positions.index(group[0])
             assert positions[start : start + len(group)] == group
-        # everything offered before the last one chosen was chosen (a prefix of the tier)
-        taken = [value for value in offered if value not in held]
-        assert set(picked) == set(taken[: len(picked)])
+        # a candidate passed over did not fit what was left (with its tier's dearest label)
+        dearest = max(COUNT(f"{GLOSS}{k}\n- tools: ") for k in ("id", "file", "path"))
+        for value in offered:
+            if value not in held and value not in picked and budget > 0:
+                assert COUNT(value + SEPARATOR) + dearest > total - used
     assert select_anchors(tiers, budget, COUNT, held.__contains__) == index  # deterministic
 
 
