@@ -19,7 +19,7 @@ from compression.verbatim.anchors import (
     render_anchors,
     select_anchors,
 )
-from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label
+from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label, says_more
 from tests.compression.counters import CharCounter
 
 COUNT = CharCounter().count_text
@@ -359,3 +359,37 @@ def test_a_handoffs_labels_and_keys_survive_the_next_compression() -> None:
     for tier, values in enumerate(parsed.tiers()):
         again.add(tier, values, meaning=parsed.glosses())
     assert again.labels["HAT009"] == "flight_number" and "HAT009" not in again.meaning
+
+
+def test_an_anchor_too_long_for_what_is_left_does_not_stop_the_shorter_ones() -> None:
+    tools = ["a_very_long_identifier_that_costs_a_great_deal_0001", "ab_01", "cd_02"]
+    index = select_anchors([[], [], tools], 8, COUNT, lambda _: False, line_room=0)
+    assert index.tools == ("ab_01", "cd_02")
+
+
+def test_a_line_that_says_no_more_than_a_label_is_left_for_the_names() -> None:
+    collector = Collector(50)
+    collector.scan(1, "2. **Flight HAT102**\n3. **Flight HAT174**\n")
+    collector.scan(1, "The access code for the south gate is NEEDLE-ae4777f219.")
+    index = select_anchors(
+        collector.candidates(),
+        60,
+        COUNT,
+        lambda _: False,
+        collector.meaning,
+        None,
+        collector.labels,
+    )
+    said = index.glosses()
+    assert said["NEEDLE-ae4777f219"].startswith("The access code for the south gate")
+    assert said["HAT102"] == said["HAT174"] == "Flight"  # one label line for both
+    assert not says_more("2. **Flight HAT102**", "HAT102")
+    assert says_more("max_retry_ms=3000 (from conf/app.yaml)", "conf/app.yaml")
+
+
+def test_the_room_the_lines_leave_goes_to_more_names() -> None:
+    tools = [f"rec_{n:04d}_x" for n in range(100)]
+    bare = select_anchors([[], [], tools], 60, COUNT, lambda _: False, line_room=0)
+    roomy = select_anchors([[], [], tools], 60, COUNT, lambda _: False, line_room=40)
+    assert len(roomy.tools) > len(bare.tools)
+    assert roomy.tools[: len(bare.tools)] == bare.tools  # newest first, the same ones first
