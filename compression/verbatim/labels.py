@@ -30,6 +30,9 @@ _KEYED_GAP = re.compile(r"[\s\"'\[{(]*(?:[\w./-]+[\"']?\s*,\s*[\"']?)*")
 _NOT_KEYS = frozenset(("http", "https", "ftp", "file"))
 _ERROR = re.compile(r"[A-Z][A-Za-z0-9]*(?:Error|Exception)")
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
+_SYSTEM_ROOTS = tuple(
+    f"/{root}/" for root in "bin sbin usr lib lib64 etc var run proc sys dev boot".split()
+)
 
 
 def label(text: str, value: str) -> str:
@@ -92,6 +95,13 @@ def _befores(text: str, value: str) -> Iterable[str]:
             return
         yield text[max(0, text.rfind("\n", 0, at) + 1, at - LABEL_SCAN_CHARS) : at]
         at = text.find(value, at + len(value))
+
+
+def system_path(value: str) -> bool:
+    """Whether `value` is a directory or program of the operating system (`/usr/sbin`,
+    `/var/spool/lpd`, `/bin/bash`): a listing of the system names dozens, and they are seldom
+    what the task works on. A file with an extension (`/etc/app.yaml`) is not."""
+    return value.startswith(_SYSTEM_ROOTS) and not _EXTENSION.search(value)
 
 
 def kind(value: str) -> str:

@@ -9,6 +9,7 @@ from compression.summary.handoff import user_text as read_user_text
 from compression.summary.prompts import RECALLED_CLOSE, RECALLED_OPEN
 from compression.verbatim.anchors import AnchorIndex
 from compression.verbatim.carry import carry_candidates, carry_section
+from compression.verbatim.labels import system_path
 from tests.compression.builders import reply, system, tool_round, user
 from tests.compression.counters import CharCounter
 
@@ -167,3 +168,25 @@ def test_an_earlier_handoff_in_the_restated_message_gives_its_anchors_to_the_new
     )
     assert {"order_7731_x", "HAT136"} <= set(anchors.tools)
     assert anchors.commands == ("make test",)
+
+
+def test_the_systems_own_paths_come_after_what_the_task_names() -> None:
+    """A listing of /etc/passwd names dozens of system directories; newer than the file the
+    agent worked on, they still come after it when the room is short."""
+    passwd = "\n".join(
+        f"{user}:x:{n}:{n}:{user}:/var/{user}:/usr/sbin/nologin"
+        for n, user in enumerate(("daemon", "games", "mail", "news", "proxy", "backup"))
+    )
+    messages = [
+        system(),
+        user("go"),
+        *tool_round("c1", "wrote /srv/app/src/billing_fix.py"),
+        *tool_round("c2", passwd),
+        user("next"),
+    ]
+    figures = PassFigures.measure(messages, CharCounter(), None)
+    plan = plan_for(messages, len(messages) - 1, carry=0, anchors=60)
+    _, anchors = carry_section(messages, plan, figures, CompressorOptions(), COUNT, [])
+    assert anchors.tools[0] == "/srv/app/src/billing_fix.py"
+    assert len(anchors.tools) < 8  # the room is short
+    assert system_path("/var/spool/lpd") and not system_path("/etc/app.yaml")
