@@ -26,7 +26,7 @@ from compression.messages.types import Message
 
 COMMAND_PREFIX = "- ran: "
 MAX_COMMAND_CHARS = 160
-COMMAND_SHARE = 0.5  # of the anchors' room, most the commands may take
+COMMAND_SHARE = 0.65  # of the anchors' room, most the commands may take
 _KEYS = ("command", "cmd")
 _FENCED = re.compile(r"```[\w-]*\n(.+?)\n```", re.S)
 
