@@ -271,7 +271,9 @@ def select_anchors(
     others in tier order, so a session without user-stated ids spends it on tool ids. An
     anchor costs its name plus, the first time its tier uses it, its label (`labels`, else its
     kind): a name the model cannot place says little, while anchors of one kind share a label.
-    The best-ranked anchors then get their whole line instead.
+    One too long for what is left is passed over for the shorter ones after it. The
+    best-ranked anchors then get their whole line instead, and what the lines leave of their
+    room goes to more names.
     """
     chosen: list[list[str]] = [[] for _ in TIERS]
     if budget <= 0:
