@@ -58,7 +58,13 @@ from compression.state import (
     without_foreign_summary,
 )
 from compression.summary.failures import SummaryFailure, cooldown_seconds
-from compression.summary.handoff import Handoff, handoff_text, user_text, view_summaries
+from compression.summary.handoff import (
+    Handoff,
+    handoff_text,
+    render_working,
+    user_text,
+    view_summaries,
+)
 from compression.summary.middle import MiddleSummary, summarize_middle
 from compression.thresholds import Limits, limits_for
 from compression.verbatim.carry import carry_need, carry_section
@@ -409,7 +415,7 @@ def _finish(
     # What the files leave of their budget goes to the user's words; the working set's lines
     # come out of the anchors' (they name the same things, with why).
     spare = max(0, plan.budgets.files - files.tokens)
-    lines = count("\n".join(f"- {name} ({', '.join(why)})" for name, why in working))
+    lines = count(render_working(working))
     budgets = replace(plan.budgets, carry=plan.budgets.carry + spare)
     budgets = replace(budgets, anchors=max(0, budgets.anchors - lines))
     carrying = replace(plan, budgets=budgets)

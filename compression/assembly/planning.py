@@ -33,7 +33,8 @@ MIN_MIDDLE_TOKENS = 512
 USER_ROOM_SHARE = 0.60  # of the room the file reads leave, most the user's messages may take
 FILE_ROOM_SHARE = 0.40  # of the room, most carried file reads may take
 ANCHOR_SHARE = 0.08  # of the room: the anchor index (plus what the carried messages leave)
-ANCHOR_FLOOR_SHARE = 0.15  # of the threshold, what the anchors may take where the limit allows
+ANCHOR_ROOM_SHARE = 0.15  # of the room, what the anchors keep whatever else the handoff carries
+ANCHOR_FLOOR_SHARE = 0.25  # of the threshold, what the anchors may take where the limit allows
 OPENING_SHARE = 0.25  # of the threshold, most a client's canned opening may keep verbatim
 
 
@@ -95,10 +96,16 @@ def budgets_for(
     # The files go first: what the agent is editing now matters more to its next step than
     # the oldest user messages, and the share files do not use goes to the user's words.
     reads = min(files, int(limits.threshold * options.file_share), int(room * FILE_ROOM_SHARE))
+    # The exact ids and paths of the compacted turns keep a share of the room that the user's
+    # words cannot take: a pass whose words fill the handoff would carry none, and what one
+    # handoff drops no later one can bring back.
+    kept = min(options.max_anchor_tokens, int(room * ANCHOR_ROOM_SHARE))
     carry = min(
-        users, int(limits.threshold * options.user_share), int((room - reads) * USER_ROOM_SHARE)
+        users,
+        int(limits.threshold * options.user_share),
+        int((room - reads - kept) * USER_ROOM_SHARE),
     )
-    rest = room - carry - reads
+    rest = room - carry - reads - kept
     scale = (1.0, 0.5, 0.25)[min(level, MAX_LEVEL)]
     lean = tail_budget(options, limits.context_length, limits.threshold)
     tail = max(1, int(min(lean, rest * 0.40) * scale))
@@ -107,7 +114,8 @@ def budgets_for(
     floor = min(options.protect_last_n, TAIL_FLOOR_CAP)
     floor = (floor, min(floor, 4), min(floor, 2))[min(level, MAX_LEVEL)]
     deterministic = 1.0 if level < 2 else 0.5
-    anchors = int(min(options.max_anchor_tokens, rest * ANCHOR_SHARE) * deterministic)
+    # The kept share came out of the user's words: it stays whole at every level.
+    anchors = min(options.max_anchor_tokens, kept + int(rest * ANCHOR_SHARE * deterministic))
     return Budgets(
         target=target,
         tail=tail,

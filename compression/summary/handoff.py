@@ -16,6 +16,7 @@ summary, and carry the user's words and the anchors verbatim again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,9 @@ from compression.summary.prompts import (
 )
 from compression.verbatim.anchors import AnchorIndex, parse_anchors, render_anchors
 
+# `- named by the user, edited: a.py, b.py`: reasons are plain words, names hold no space.
+_WORKING_LINE = re.compile(r"- ([a-z][a-z -]*(?:, [a-z][a-z -]*)*): (\S.*)")
+
 
 @dataclass(frozen=True, slots=True)
 class Handoff:
@@ -71,8 +75,7 @@ def render_handoff(handoff: Handoff) -> str:
         files = [f"{FILE_OPEN}{path}>>>\n{text}\n{FILE_CLOSE}" for path, text in handoff.files]
         parts.append(FILES_HEADER + "\n" + "\n".join(files))
     if handoff.working:
-        lines = [f"- {name} ({', '.join(why)})" for name, why in handoff.working]
-        parts.append(WORKING_SET_HEADER + "\n" + "\n".join(lines))
+        parts.append(WORKING_SET_HEADER + "\n" + render_working(handoff.working))
     if handoff.last_reply is not None:
         parts.append(f"{LAST_REPLY_HEADER}\n{REPLY_OPEN}\n{handoff.last_reply}\n{REPLY_CLOSE}")
     if handoff.anchors:
@@ -188,17 +191,36 @@ def _files(inner: str) -> list[tuple[str, str]]:
     return found
 
 
+def render_working(working: Sequence[tuple[str, tuple[str, ...]]]) -> str:
+    """The working set's lines: the entities that share their reasons on one line, in order
+    (`- edited, re-read: src/a.py, src/b.py`). One line per entity would write the same
+    reasons again for each, in the handoff's room that the anchors share."""
+    runs: list[tuple[tuple[str, ...], list[str]]] = []
+    for name, why in working:
+        if runs and runs[-1][0] == why:
+            runs[-1][1].append(name)
+        else:
+            runs.append((why, [name]))
+    return "\n".join(f"- {', '.join(why)}: {', '.join(names)}" for why, names in runs)
+
+
 def _working(inner: str) -> list[tuple[str, tuple[str, ...]]]:
-    """The working set's lines: `- NAME (reason, reason)`."""
+    """The working set's lines: `- reason, reason: NAME, NAME`, or one entity a line as
+    `- NAME (reason, reason)` (how earlier handoffs wrote it)."""
     at = inner.rfind("\n" + WORKING_SET_HEADER + "\n")
     if at < 0:
         return []
     found: list[tuple[str, tuple[str, ...]]] = []
     for line in inner[at + len(WORKING_SET_HEADER) + 2 :].splitlines():
-        if not line.startswith("- ") or not line.endswith(")") or " (" not in line:
+        grouped = _WORKING_LINE.fullmatch(line)
+        if grouped is not None:
+            why = tuple(grouped.group(1).split(", "))
+            found += [(name, why) for name in grouped.group(2).split(", ") if name]
+        elif line.startswith("- ") and line.endswith(")") and " (" in line:
+            name, _, reasons = line[2:-1].rpartition(" (")
+            found.append((name, tuple(reasons.split(", "))))
+        else:
             break
-        name, _, why = line[2:-1].rpartition(" (")
-        found.append((name, tuple(why.split(", "))))
     return found
 
 

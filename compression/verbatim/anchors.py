@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from compression.verbatim.commands import parse_command, render_commands
-from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label
+from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label, says_more
 
 TIERS = ("user", "agent", "tools")
 TIER_SHARES = (0.4, 0.3, 0.3)  # of the anchor budget, before leftovers flow down the tiers
@@ -46,6 +46,7 @@ GLOSS = " — "
 KEY = ": "  # after a label written before its names
 _SENTENCE_ENDS = (". ", "! ", "? ")
 GLOSS_SHARE = 0.5  # of the anchors' budget, what their lines may take besides
+MIN_ANCHOR_COST = 2  # tokens: a name and its separator, the least any anchor takes
 
 _CODE_EXTENSIONS = (
     "py|pyi|js|mjs|ts|tsx|jsx|json|ya?ml|toml|cfg|ini|conf|txt|md|rst|c|h|cc|cpp|hpp|go|rs|"
@@ -270,7 +271,9 @@ def select_anchors(
     others in tier order, so a session without user-stated ids spends it on tool ids. An
     anchor costs its name plus, the first time its tier uses it, its label (`labels`, else its
     kind): a name the model cannot place says little, while anchors of one kind share a label.
-    The best-ranked anchors then get their whole line instead.
+    One too long for what is left is passed over for the shorter ones after it. The
+    best-ranked anchors then get their whole line instead, and what the lines leave of their
+    room goes to more names.
     """
     chosen: list[list[str]] = [[] for _ in TIERS]
     if budget <= 0:
@@ -286,7 +289,11 @@ def select_anchors(
         left -= queues[position].fill(chosen[position], left, count)
     if line_room is None:
         line_room = int(budget * GLOSS_SHARE)
-    lines = _glossed(chosen, meaning, line_room + max(0, left), count)
+    lines, unspent = _glossed(chosen, meaning, line_room + max(0, left), count)
+    for position in range(len(TIERS)):  # what the lines left goes to more names
+        unspent -= queues[position].fill(chosen[position], unspent, count)
+        order = {value: at for at, value in enumerate(ordered[position])}
+        chosen[position].sort(key=order.__getitem__)
     grouped: list[tuple[str, ...]] = []
     kept: list[tuple[str, str]] = []
     for tier in chosen:
@@ -303,14 +310,17 @@ def _glossed(
     meaning: Mapping[str, str],
     room: int,
     count: Callable[[str], int],
-) -> dict[str, str]:
-    """The lines of the chosen anchors, best-ranked first, within `room` tokens; neighbours on
-    one line share it (it is written once)."""
+) -> tuple[dict[str, str], int]:
+    """The lines of the chosen anchors, best-ranked first, within `room` tokens, and the room
+    they leave; neighbours on one line share it (it is written once). A line that says no
+    more than a label is left out: the label says it for less."""
     kept: dict[str, str] = {}
     for tier in chosen:
         previous = ""
         for value in tier:
             line = meaning.get(value, "")
+            if line and not says_more(line, value):
+                line = ""
             if line and line != previous:
                 cost = count(GLOSS + line + "\n")
                 if cost > room:
@@ -320,7 +330,7 @@ def _glossed(
             if line:
                 kept[value] = line
             previous = line
-    return kept
+    return kept, room
 
 
 class _Queue:
@@ -329,30 +339,34 @@ class _Queue:
     def __init__(
         self, values: Sequence[str], present: Callable[[str], bool], labels: Mapping[str, str]
     ) -> None:
-        self.values = values
         self.present = present
         self.labels = labels
         self.used: set[str] = set()  # labels this tier already writes
-        self.next = 0
+        self.left = list(values)
 
     def fill(self, chosen: list[str], allowance: int, count: Callable[[str], int]) -> int:
-        """Move anchors to `chosen` in order while they fit `allowance`; returns tokens used."""
+        """Move anchors to `chosen` in order where they fit `allowance`; returns tokens used.
+        One that does not fit is passed over, not the end: the shorter ones after it still
+        fit, and it stays for a later fill with more room."""
         used = 0
-        while self.next < len(self.values):
-            value = self.values[self.next]
+        skipped: list[str] = []
+        for position, value in enumerate(self.left):
+            if allowance - used < MIN_ANCHOR_COST:
+                skipped += self.left[position:]
+                break
             if self.present(value):
-                self.next += 1
                 continue
             said = self.labels.get(value) or kind(value)
             cost = count(value + SEPARATOR)
             if said not in self.used:
                 cost += count(f"{GLOSS}{said}\n- tools: ")
             if used + cost > allowance:
-                break
+                skipped.append(value)
+                continue
             chosen.append(value)
             self.used.add(said)
             used += cost
-            self.next += 1
+        self.left = skipped
         return used
 
 

@@ -27,12 +27,14 @@ from compression.summary.handoff import Handoff, handoff_text, parse_handoff, us
 from compression.summary.prompts import ANCHORS_HEADER, USER_CLOSE, USER_MESSAGES_HEADER, USER_OPEN
 from compression.verbatim.anchors import GLOSS_SHARE, AnchorIndex, Collector, select_anchors
 from compression.verbatim.commands import COMMAND_SHARE, commands_of, select_commands
+from compression.verbatim.labels import system_path
 from compression.verbatim.observations import observation_indices
 from compression.verbatim.usermessages import UserMessages, user_messages
 from compression.verbatim.userwords import Carried, Selection, select_carried
 from compression.verbatim.workingset import WorkingSet
 
 USER_TIER, AGENT_TIER, TOOLS_TIER = 0, 1, 2
+SYSTEM_RANK = 99  # after every tier of the working set, and names it does not know
 
 
 def carry_candidates(
@@ -164,7 +166,11 @@ def carry_section(
     present = "\n".join([*users.texts, kept_text, *prose])
     # An anchor costs at least ~3 tokens with its separator: room // 3 per tier always fills.
     found = anchor_candidates(messages, start, end, room // 3, words.observations)
-    rank = (working or WorkingSet()).tier
+    tier = (working or WorkingSet()).tier
+
+    def rank(value: str) -> int:  # the system's own paths after everything the task named
+        return SYSTEM_RANK if system_path(value) else tier(value)
+
     commands, used = select_commands(
         found.commands, int(room * COMMAND_SHARE), count, present.__contains__
     )
@@ -184,9 +190,13 @@ def carry_section(
 
 
 def _text(item: Message | str) -> str:
-    """What a model reads of a message: its text and its tool-call arguments."""
+    """What a model reads of a message: its text and its tool-call arguments. Of a message
+    that carries an earlier handoff (the newest user message it was merged into), only the
+    user's words: the new handoff replaces that one, with what it named."""
     if isinstance(item, str):
         return item
+    if handoff_text(item) is not None:
+        return user_text(item)
     parts = [content_text(item)]
     parts += [call_parts(call)[1] or "" for call in tool_calls_of(item)]
     return "\n".join(parts)

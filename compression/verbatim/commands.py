@@ -26,7 +26,7 @@ from compression.messages.types import Message
 
 COMMAND_PREFIX = "- ran: "
 MAX_COMMAND_CHARS = 160
-COMMAND_SHARE = 0.35  # of the anchors' room, most the commands may take
+COMMAND_SHARE = 0.65  # of the anchors' room, most the commands may take
 _KEYS = ("command", "cmd")
 _FENCED = re.compile(r"```[\w-]*\n(.+?)\n```", re.S)
 
@@ -65,7 +65,7 @@ def select_commands(
     present: Callable[[str], bool],
 ) -> tuple[tuple[str, ...], int]:
     """Distinct commands in order (newest first) within `room` tokens, skipping those the view
-    holds; returns them and the tokens they take."""
+    holds and those too long for what is left; returns them and the tokens they take."""
     chosen: list[str] = []
     used = 0
     for command in dict.fromkeys(commands):
@@ -73,7 +73,7 @@ def select_commands(
             continue
         cost = count(COMMAND_PREFIX + command + "\n")
         if used + cost > room:
-            break
+            continue  # an older, shorter command may still fit
         chosen.append(command)
         used += cost
     return tuple(chosen), used

@@ -14,10 +14,13 @@ from collections.abc import Iterable
 
 MAX_LABEL_CHARS = 32
 LABEL_SCAN_CHARS = 80  # of the line before an anchor, where its key or describing words are
+LINE_WORDS = 2  # besides the anchor, fewest words a line needs to say more than a label
 LABEL_OCCURRENCES = 4  # of an anchor in one text, searched for a `key: value` line
 
 _KEY = re.compile(r"([A-Za-z_][\w.-]{1,40})[\"']?\s*[:=]")  # "key": value, key=value, Key: value
 _WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z_-]+(?![\w-])")  # whole words, not an id's letters
+# What a line says besides its anchor: words, values, numbers (not a list's `2.` marker).
+_SAYS = re.compile(r"[A-Za-z0-9][\w.:/-]*")
 _STOP_WORDS = frozenset(
     "a an and are as at be by for from has have in is it its my of on or our that the their "
     "this to was were will with you your".split()
@@ -27,6 +30,9 @@ _KEYED_GAP = re.compile(r"[\s\"'\[{(]*(?:[\w./-]+[\"']?\s*,\s*[\"']?)*")
 _NOT_KEYS = frozenset(("http", "https", "ftp", "file"))
 _ERROR = re.compile(r"[A-Z][A-Za-z0-9]*(?:Error|Exception)")
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
+_SYSTEM_ROOTS = tuple(
+    f"/{root}/" for root in "bin sbin usr lib lib64 etc var run proc sys dev boot".split()
+)
 
 
 def label(text: str, value: str) -> str:
@@ -45,6 +51,20 @@ def label(text: str, value: str) -> str:
         if words:
             return " ".join(words[-2:])[:MAX_LABEL_CHARS]
     return kind(value)
+
+
+def says_more(line: str, value: str) -> bool:
+    """Whether `line` says more of `value` than a label would: at least `LINE_WORDS` words
+    besides it (`2. **Flight HAT102**` says "Flight", which its label says for a share of
+    the cost; `The code for the south gate is X` says what X is for)."""
+    rest = line.replace(value, " ")
+    said = (word.rstrip(".:/-") for word in _SAYS.findall(rest))
+    words = [
+        word
+        for word in said
+        if word.lower() not in _STOP_WORDS and not (word.isdigit() and len(word) <= 2)
+    ]
+    return len(words) >= LINE_WORDS
 
 
 def keyed(text: str, value: str) -> str:
@@ -75,6 +95,13 @@ def _befores(text: str, value: str) -> Iterable[str]:
             return
         yield text[max(0, text.rfind("\n", 0, at) + 1, at - LABEL_SCAN_CHARS) : at]
         at = text.find(value, at + len(value))
+
+
+def system_path(value: str) -> bool:
+    """Whether `value` is a directory or program of the operating system (`/usr/sbin`,
+    `/var/spool/lpd`, `/bin/bash`): a listing of the system names dozens, and they are seldom
+    what the task works on. A file with an extension (`/etc/app.yaml`) is not."""
+    return value.startswith(_SYSTEM_ROOTS) and not _EXTENSION.search(value)
 
 
 def kind(value: str) -> str:

@@ -82,9 +82,15 @@ class WorkingSet:
         return self.entities.index(entity) if entity is not None else len(self.entities)
 
     def carried(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        """What a handoff keeps of it: the core entities with their reasons."""
-        core = [e for e in self.entities if e.tier in CORE_TIERS]
-        return tuple((e.name, e.reasons) for e in core[:CARRIED_ENTITIES])
+        """What a handoff keeps of it: the core entities with their reasons (`seen` left out
+        beside a better one: every entity named is seen), those with the same reasons next to
+        each other in the order of their best (the handoff writes them on one line)."""
+        core = [e for e in self.entities if e.tier in CORE_TIERS][:CARRIED_ENTITIES]
+        groups: dict[tuple[str, ...], list[str]] = {}
+        for entity in core:
+            why = tuple(r for r in entity.reasons if r != REASONS[SEEN]) or entity.reasons
+            groups.setdefault(why, []).append(entity.name)
+        return tuple((name, why) for why, names in groups.items() for name in names)
 
 
 def same_file(a: str, b: str) -> bool:

@@ -1,6 +1,14 @@
 from __future__ import annotations
 
-from compression.assembly.planning import Budgets, budgets_for, head_end, newest_reply, plan_cut
+from compression.assembly.planning import (
+    ANCHOR_ROOM_SHARE,
+    MARKER_TOKENS,
+    Budgets,
+    budgets_for,
+    head_end,
+    newest_reply,
+    plan_cut,
+)
 from compression.counting.figures import PassFigures
 from compression.messages.toolpairs import pair_tool_calls
 from compression.messages.types import Message
@@ -110,3 +118,16 @@ def test_budgets_shrink_with_the_level_and_fit_small_windows() -> None:
     assert [b.floor for b in levels] == [8, 4, 2]
     small = budgets_for(options, limits_for(options, 4_096, 512), 300, 0)
     assert small.tail + small.summary_cap + small.carry < small.target
+
+
+def test_the_anchors_keep_a_share_of_the_room_the_users_words_cannot_take() -> None:
+    """However much the user's words would take, the anchors keep their share of the room:
+    a pass whose words fill the handoff would carry no ids, and no later one brings them back."""
+    options = CompressorOptions()
+    limits = limits_for(options, 16_384, None)
+    for level in range(3):
+        lean = budgets_for(options, limits, 3_300, level, users=0)
+        full = budgets_for(options, limits, 3_300, level, users=100_000)
+        room = lean.target - 3_300 - min(MARKER_TOKENS, lean.target // 10)
+        assert full.anchors >= int(room * ANCHOR_ROOM_SHARE) > 0
+        assert full.carry + full.files + int(room * ANCHOR_ROOM_SHARE) <= room

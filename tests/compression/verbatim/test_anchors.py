@@ -7,6 +7,7 @@ from compression.summary.handoff import Handoff, parse_handoff, render_handoff
 from compression.summary.prompts import ANCHORS_HEADER
 from compression.verbatim.anchors import (
     GLOSS,
+    GLOSS_SHARE,
     MAX_GLOSS_CHARS,
     SCAN_HEAD_CHARS,
     SEPARATOR,
@@ -18,7 +19,7 @@ from compression.verbatim.anchors import (
     render_anchors,
     select_anchors,
 )
-from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, label
+from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label, says_more
 from tests.compression.counters import CharCounter
 
 COUNT = CharCounter().count_text
@@ -89,7 +90,7 @@ def test_a_full_tier_stops_scanning() -> None:
 def test_each_tier_gets_its_share_then_the_leftovers_flow_down() -> None:
     users = [f"user_{n:03d}" for n in range(50)]
     tools = [f"tool_{n:03d}" for n in range(50)]
-    index = select_anchors([users, [], tools], 100, COUNT, lambda _: False)
+    index = select_anchors([users, [], tools], 100, COUNT, lambda _: False, line_room=0)
     assert index.agent == ()
     assert 0 < len(index.user) < 50 and 0 < len(index.tools) < 50
     cost = sum(COUNT(v + SEPARATOR) for tier in index.tiers() for v in tier)
@@ -135,7 +136,15 @@ def test_selection_stays_in_budget_in_order_and_skips_what_is_held(
 ) -> None:
     index = select_anchors(tiers, budget, COUNT, held.__contains__)
     chosen = [value for tier in index.tiers() for value in tier]
-    assert sum(COUNT(v + SEPARATOR) for v in chosen) <= max(budget, 0)
+    # without lines to write, the names take the lines' room too
+    total = max(budget, 0) + int(max(budget, 0) * GLOSS_SHARE)
+    labels = sum(
+        COUNT(f"{GLOSS}{label}\n- tools: ")
+        for tier in index.tiers()
+        for label in {kind(v) for v in tier}
+    )
+    used = sum(COUNT(v + SEPARATOR) for v in chosen) + labels
+    assert used <= total or budget <= 0
     assert not set(chosen) & held
     said = index.glosses()
     assert set(said) == set(chosen)  # no bare names
@@ -147,9 +156,11 @@ def test_selection_stays_in_budget_in_order_and_skips_what_is_held(
             assert group == sorted(group)
             start = positions.index(group[0])
             assert positions[start : start + len(group)] == group
-        # everything offered before the last one chosen was chosen (a prefix of the tier)
-        taken = [value for value in offered if value not in held]
-        assert set(picked) == set(taken[: len(picked)])
+        # a candidate passed over did not fit what was left (with its tier's dearest label)
+        dearest = max(COUNT(f"{GLOSS}{k}\n- tools: ") for k in ("id", "file", "path"))
+        for value in offered:
+            if value not in held and value not in picked and budget > 0:
+                assert COUNT(value + SEPARATOR) + dearest > total - used
     assert select_anchors(tiers, budget, COUNT, held.__contains__) == index  # deterministic
 
 
@@ -348,3 +359,37 @@ def test_a_handoffs_labels_and_keys_survive_the_next_compression() -> None:
     for tier, values in enumerate(parsed.tiers()):
         again.add(tier, values, meaning=parsed.glosses())
     assert again.labels["HAT009"] == "flight_number" and "HAT009" not in again.meaning
+
+
+def test_an_anchor_too_long_for_what_is_left_does_not_stop_the_shorter_ones() -> None:
+    tools = ["a_very_long_identifier_that_costs_a_great_deal_0001", "ab_01", "cd_02"]
+    index = select_anchors([[], [], tools], 8, COUNT, lambda _: False, line_room=0)
+    assert index.tools == ("ab_01", "cd_02")
+
+
+def test_a_line_that_says_no_more_than_a_label_is_left_for_the_names() -> None:
+    collector = Collector(50)
+    collector.scan(1, "2. **Flight HAT102**\n3. **Flight HAT174**\n")
+    collector.scan(1, "The access code for the south gate is NEEDLE-ae4777f219.")
+    index = select_anchors(
+        collector.candidates(),
+        60,
+        COUNT,
+        lambda _: False,
+        collector.meaning,
+        None,
+        collector.labels,
+    )
+    said = index.glosses()
+    assert said["NEEDLE-ae4777f219"].startswith("The access code for the south gate")
+    assert said["HAT102"] == said["HAT174"] == "Flight"  # one label line for both
+    assert not says_more("2. **Flight HAT102**", "HAT102")
+    assert says_more("max_retry_ms=3000 (from conf/app.yaml)", "conf/app.yaml")
+
+
+def test_the_room_the_lines_leave_goes_to_more_names() -> None:
+    tools = [f"rec_{n:04d}_x" for n in range(100)]
+    bare = select_anchors([[], [], tools], 60, COUNT, lambda _: False, line_room=0)
+    roomy = select_anchors([[], [], tools], 60, COUNT, lambda _: False, line_room=40)
+    assert len(roomy.tools) > len(bare.tools)
+    assert roomy.tools[: len(bare.tools)] == bare.tools  # newest first, the same ones first

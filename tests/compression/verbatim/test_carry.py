@@ -7,7 +7,9 @@ from compression.options import CompressorOptions
 from compression.summary.handoff import Handoff, render_handoff
 from compression.summary.handoff import user_text as read_user_text
 from compression.summary.prompts import RECALLED_CLOSE, RECALLED_OPEN
+from compression.verbatim.anchors import AnchorIndex
 from compression.verbatim.carry import carry_candidates, carry_section
+from compression.verbatim.labels import system_path
 from tests.compression.builders import reply, system, tool_round, user
 from tests.compression.counters import CharCounter
 
@@ -150,3 +152,41 @@ def test_passages_ctxgate_recalled_into_a_user_message_are_not_carried_as_theirs
     said = "Where is booking XEWRD9?"
     placed = f"{said}\n\n{RECALLED_OPEN}\nm4 (tool): XEWRD9 is in Lisbon\n{RECALLED_CLOSE}"
     assert read_user_text({"role": "user", "content": placed}) == said
+
+
+def test_an_earlier_handoff_in_the_restated_message_gives_its_anchors_to_the_new_one() -> None:
+    """The newest user message that an earlier handoff was merged into is kept (restated) by
+    its words alone: the new handoff replaces the earlier one, so what the earlier one named
+    is not in view through it and is carried again."""
+    earlier = AnchorIndex((), (), ("order_7731_x", "HAT136"), (), ("make test",))
+    merged = render_handoff(Handoff("## Goal\nx", anchors=earlier)) + "\n\nwhat next?"
+    messages = [system(), user(merged), *tool_round("c1", "ok"), reply("done")]
+    figures = PassFigures.measure(messages, CharCounter(), None)
+    plan = plan_for(messages, len(messages), carry=0, anchors=200)
+    _, anchors = carry_section(
+        messages, plan, figures, CompressorOptions(), COUNT, [messages[0], messages[1]]
+    )
+    assert {"order_7731_x", "HAT136"} <= set(anchors.tools)
+    assert anchors.commands == ("make test",)
+
+
+def test_the_systems_own_paths_come_after_what_the_task_names() -> None:
+    """A listing of /etc/passwd names dozens of system directories; newer than the file the
+    agent worked on, they still come after it when the room is short."""
+    passwd = "\n".join(
+        f"{user}:x:{n}:{n}:{user}:/var/{user}:/usr/sbin/nologin"
+        for n, user in enumerate(("daemon", "games", "mail", "news", "proxy", "backup"))
+    )
+    messages = [
+        system(),
+        user("go"),
+        *tool_round("c1", "wrote /srv/app/src/billing_fix.py"),
+        *tool_round("c2", passwd),
+        user("next"),
+    ]
+    figures = PassFigures.measure(messages, CharCounter(), None)
+    plan = plan_for(messages, len(messages) - 1, carry=0, anchors=60)
+    _, anchors = carry_section(messages, plan, figures, CompressorOptions(), COUNT, [])
+    assert anchors.tools[0] == "/srv/app/src/billing_fix.py"
+    assert len(anchors.tools) < 8  # the room is short
+    assert system_path("/var/spool/lpd") and not system_path("/etc/app.yaml")

@@ -79,7 +79,9 @@ def test_selection_stays_in_its_room_in_order_once(
     assert used == sum(COUNT(COMMAND_PREFIX + c + "\n") for c in chosen) <= room
     assert len(set(chosen)) == len(chosen) and not set(chosen) & held
     offered = [c for c in dict.fromkeys(commands) if c not in held]
-    assert list(chosen) == offered[: len(chosen)]
+    assert [c for c in offered if c in chosen] == list(chosen)  # newest first, as offered
+    # one passed over was too long for what was left
+    assert all(COUNT(COMMAND_PREFIX + c + "\n") > room - used for c in offered if c not in chosen)
 
 
 def test_commands_are_collected_past_the_messages_that_fill_the_anchor_tiers() -> None:
@@ -94,3 +96,25 @@ def test_commands_are_collected_past_the_messages_that_fill_the_anchor_tiers() -
     found = anchor_candidates(messages, 1, len(messages), per_tier=5)
     assert all(len(tier) >= 5 for tier in found.candidates())
     assert [c.split()[1] for c in found.commands] == [f"RUN_{n}_0" for n in range(9, 4, -1)]
+
+
+def test_a_command_too_long_for_what_is_left_does_not_stop_the_shorter_ones() -> None:
+    long = "curl -X POST -F file=@payload.pl http://web.example:8000/cgi-bin/file.pl?" + "a" * 60
+    commands = ["ls -F", long, "pytest -x", "make"]
+    room = sum(COUNT(COMMAND_PREFIX + c + "\n") for c in ("ls -F", "pytest -x", "make"))
+    chosen, used = select_commands(commands, room, COUNT, lambda _: False)
+    assert chosen == ("ls -F", "pytest -x", "make") and used == room
+
+
+@given(
+    commands=st.lists(st.text("abcdef -./", min_size=1, max_size=60), max_size=20),
+    room=st.integers(0, 200),
+)
+def test_chosen_commands_fit_keep_their_order_and_none_left_out_would_fit(
+    commands: list[str], room: int
+) -> None:
+    chosen, used = select_commands(commands, room, COUNT, lambda _: False)
+    distinct = list(dict.fromkeys(commands))
+    assert used == sum(COUNT(COMMAND_PREFIX + c + "\n") for c in chosen) <= room
+    assert [c for c in distinct if c in chosen] == list(chosen)
+    assert all(COUNT(COMMAND_PREFIX + c + "\n") > room - used for c in distinct if c not in chosen)

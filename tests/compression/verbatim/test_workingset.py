@@ -10,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compression.messages.types import Message
-from compression.summary.handoff import Handoff, parse_handoff, render_handoff
+from compression.summary.handoff import Handoff, parse_handoff, render_handoff, render_working
 from compression.verbatim.workingset import (
     CORE_TIERS,
     EDITED,
     NEWEST,
+    REASONS,
     REQUESTED,
     REREAD,
     SEEN,
@@ -201,3 +202,35 @@ def test_real_agents_turns(name: str) -> None:
     history = dict(corpus_conversations())[name]
     files = [e for e in working_set(history).entities if e.kind == "file"]
     assert (files[0].name, files[0].tier) == REAL_TURNS[name]
+
+
+NAME = st.from_regex(r"[A-Za-z0-9_./:-]{1,30}", fullmatch=True)
+WHY = st.lists(st.sampled_from(REASONS), min_size=1, max_size=3, unique=True).map(tuple)
+
+
+@given(st.lists(st.tuples(NAME, WHY), max_size=12))
+def test_any_working_set_round_trips_through_its_grouped_lines(
+    working: list[tuple[str, tuple[str, ...]]],
+) -> None:
+    parsed = parse_handoff(render_handoff(Handoff(body="Work so far.", working=tuple(working))))
+    assert parsed is not None and parsed.handoff.working == tuple(working)
+
+
+def test_entities_with_the_same_reasons_share_one_line_and_seen_is_not_written() -> None:
+    before = working_set(
+        [
+            {"role": "system", "content": "You are an airline agent."},
+            {"role": "user", "content": "Cancel XEWRD9 and NQNU5R for user mia_li_3668."},
+        ]
+    )
+    carried = before.carried()
+    assert {why for _, why in carried} == {("named by the user", "in the newest turn")}
+    text = render_working(carried)
+    assert text.count("\n") == 0 and text.startswith("- named by the user, in the newest turn: ")
+    legacy = parse_handoff(
+        render_handoff(Handoff(body="x", working=(("b.py", ("edited",)),))).replace(
+            "- edited: b.py", "- a.py (edited, seen)"
+        )
+    )
+    assert legacy is not None
+    assert legacy.handoff.working == (("a.py", ("edited", "seen")),)  # how handoffs wrote it
