@@ -153,13 +153,19 @@ def create(conn: Connection) -> None:
     shadow_checks.create(conn, checkfirst=True)
 
 
+# Built once: the write-behind runs them with every batch, and a statement built once runs
+# on SQLite without SQLAlchemy's per-row work (storage.database.inline).
+_ADD_CHARGES = charges.insert()
+_ADD_SHADOW = shadow_checks.insert()
+
+
 async def add_charges(conn: Executor, rows: Sequence[ChargeRow]) -> None:
     if rows:
-        await conn.execute(charges.insert(), [_row(r) for r in rows])
+        await conn.execute(_ADD_CHARGES, [_row(r) for r in rows])
 
 
 async def add_shadow(conn: Executor, row: ShadowRow) -> None:
-    await conn.execute(shadow_checks.insert(), [_row(row)])
+    await conn.execute(_ADD_SHADOW, [_row(row)])
 
 
 def _row(record: ChargeRow | ShadowRow) -> dict[str, object]:
