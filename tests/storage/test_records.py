@@ -1,6 +1,7 @@
 """`evolved`: the copy of a frozen value made on every request is `dataclasses.replace`'s."""
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ def _row() -> SessionRecord:
 
 def test_evolved_is_replace() -> None:
     row = _row()
-    changes = {"model": "other", "request_count": 4, "last_prompt_tokens": 900}
+    changes: dict[str, Any] = {"model": "other", "request_count": 4, "last_prompt_tokens": 900}
     copy = evolved(row, **changes)
     assert copy == dataclasses.replace(row, **changes)
     assert copy is not row and row.model == "gpt-test"  # the original is untouched
