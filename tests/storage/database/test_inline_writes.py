@@ -260,6 +260,6 @@ async def usage_points(conn: Executor) -> dict[str, list[tuple[object, ...]]]:
         .order_by(usage.c.id)
     )
     found: dict[str, list[tuple[object, ...]]] = {}
-    for key, *rest in (await conn.execute(stmt)).all():
-        found.setdefault(key, []).append(tuple(rest))
+    for row in (await conn.execute(stmt)).all():
+        found.setdefault(row[0], []).append(tuple(row[1:]))
     return found
