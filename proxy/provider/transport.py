@@ -12,6 +12,7 @@ httpx` uses that for everything.
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
@@ -242,12 +243,14 @@ def _timeout(timeout: dict[str, float | None]) -> aiohttp.ClientTimeout:
     """httpx's per-request timeouts in aiohttp's terms: `pool` bounds the wait for a
     connection (aiohttp counts connecting in it), `connect` the TCP/TLS set-up, `read` each
     wait for bytes. aiohttp has no write timeout; `read` bounds the wait for the answer."""
-    return aiohttp.ClientTimeout(
-        total=None,
-        connect=timeout.get("pool"),
-        sock_connect=timeout.get("connect"),
-        sock_read=timeout.get("read"),
-    )
+    return _client_timeout(timeout.get("pool"), timeout.get("connect"), timeout.get("read"))
+
+
+@functools.lru_cache(maxsize=64)  # an upstream's few settings: built once, not per call
+def _client_timeout(
+    pool: float | None, connect: float | None, read: float | None
+) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=None, connect=pool, sock_connect=connect, sock_read=read)
 
 
 @contextmanager
