@@ -7,7 +7,9 @@ asked for nothing of its own: no cookies, redirects, decompression, environment 
 default headers, nor to resend a request by itself, so what the upstream receives is what
 the httpx request holds. What it cannot send byte for byte (a header value that is not
 UTF-8, a bodiless DELETE) goes through httpx's own transport; `server.upstream_client:
-httpx` uses that for everything.
+httpx` uses that for everything. `send` takes a call's parts instead of an httpx request
+(ctxgate's upstream calls: building the request costs more than the rest of the send) and
+puts the same bytes on the wire.
 """
 
 from __future__ import annotations
