@@ -2,7 +2,8 @@
 
 Requests go straight to httpx's transport: a proxy has no use for the client layer above it
 (cookies, redirects, auth flows, default headers), which costs a good part of a millisecond
-per request. ctxgate's own transport is handed the call's parts, without an httpx request. httpx exceptions are translated into proxy errors here and nowhere else.
+per request. ctxgate's own transport is handed the call's parts, without an httpx request.
+httpx exceptions are translated into proxy errors here and nowhere else.
 """
 
 from __future__ import annotations
