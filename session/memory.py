@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from compression import EngineState, Message
 from session.turn import Turn
-from storage import Fork, SessionKey, SessionRecord, SessionStore, StorageError
+from storage import Fork, SessionKey, SessionRecord, SessionStore, StorageError, evolved
 
 log = logging.getLogger("ctxgate.sessions")
 
@@ -79,8 +79,8 @@ class HeldTurn:
             or not all(a is b for a, b in zip(view[head:], messages[start:], strict=True))
         ):
             return turn
-        request = replace(turn.request, body={}, messages=[], tools=None)
-        return HeldTurn(replace(turn, request=request, view=view[:head]), client_view)
+        request = evolved(turn.request, body={}, messages=[], tools=None)
+        return HeldTurn(evolved(turn, request=request, view=view[:head]), client_view)
 
     def turn(self) -> Turn:
         light = self.light

@@ -38,6 +38,8 @@ _LATENCY = (
 )
 
 
+_CHILDREN_KEPT = 4096  # labelled charge counters remembered (see Metrics._child)
+
 # prometheus_client's own switch, read by the library when it is imported: set, every value
 # of the process lives in a file of that directory instead of in memory.
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -163,6 +165,9 @@ class Metrics:
         # values under a lock on every call, a few microseconds each on every request.
         self._finished: dict[int, Counter] = {}
         self._upstream: dict[str, Histogram] = {}
+        # The charge counters' children, by metric and label values (models are the
+        # clients' words: bounded, forgotten all at once when full).
+        self._charged: dict[tuple[str, ...], Counter] = {}
 
     def prepared(self, turn: Turn, seconds: float) -> None:
         self.overhead.observe(seconds)
@@ -201,17 +206,28 @@ class Metrics:
 
     def charged(self, charged: Charged) -> None:
         """One upstream call's charge recorded by the ledger."""
+        model, kind = charged.model, charged.kind
         for tier, tokens in _tiers(charged.billed):
             if tokens:
-                self.billed_tokens.labels(charged.model, charged.kind, tier).inc(tokens)
+                self._child(self.billed_tokens, "billed", model, kind, tier).inc(tokens)
         if charged.full is not None:
             for tier, tokens in _tiers(charged.full):
                 if tokens:
-                    self.full_tokens.labels(charged.model, tier).inc(tokens)
+                    self._child(self.full_tokens, "full", model, tier).inc(tokens)
         if charged.billed_usd is not None:
-            self.billed_usd.labels(charged.model, charged.kind).inc(charged.billed_usd)
+            self._child(self.billed_usd, "billed_usd", model, kind).inc(charged.billed_usd)
         if charged.full_usd is not None:
-            self.full_usd.labels(charged.model).inc(charged.full_usd)
+            self._child(self.full_usd, "full_usd", model).inc(charged.full_usd)
+
+    def _child(self, metric: Counter, name: str, *labels: str) -> Counter:
+        """`metric.labels(*labels)`, remembered under `name` and the label values."""
+        key = (name, *labels)
+        child = self._charged.get(key)
+        if child is None:
+            if len(self._charged) >= _CHILDREN_KEPT:
+                self._charged.clear()
+            child = self._charged[key] = metric.labels(*labels)
+        return child
 
     def shadowed(self, model: str, trigger: str, agrees: bool, noise_agrees: bool) -> None:
         """One shadow check's comparison."""

@@ -25,6 +25,7 @@ from storage.records import (
     Unset,
     UsagePoint,
     UsageRecord,
+    evolved,
 )
 from storage.replay import journal_directory
 from storage.rows.retention import DailyUsage
@@ -64,6 +65,7 @@ __all__ = [
     "UsagePoint",
     "UsageRecord",
     "daily_usage",
+    "evolved",
     "journal_directory",
     "read_terms_with",
     "search_terms",

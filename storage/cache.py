@@ -15,14 +15,13 @@ costs at most one checkpoint lookup or one redundant compression check.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Final
 
-from storage.records import SessionKey, SessionRecord, UsageRecord
+from storage.records import SessionKey, SessionRecord, UsageRecord, evolved
 
 
 class Miss:
@@ -111,8 +110,8 @@ def with_usage(old: SessionRecord | None, u: UsageRecord) -> SessionRecord:
             last_compression_at=None,
             root_key=u.sk.key,
         )
-    # One `replace` (it costs more than the arithmetic: it runs on every request).
-    return dataclasses.replace(
+    # One copy (it costs more than the arithmetic: it runs on every request).
+    return evolved(
         old,
         model=u.model,
         updated_at=max(old.updated_at, at),
@@ -127,7 +126,7 @@ def with_latest(old: SessionRecord, u: UsageRecord) -> SessionRecord:
     """`old` with the newest-usage fields `u` sets, its totals untouched: applying it again,
     or to a row that already counts `u`, changes nothing."""
     latest = _latest(old, u, u.at if u.at is not None else 0.0)
-    return dataclasses.replace(old, **latest) if latest else old
+    return evolved(old, **latest) if latest else old
 
 
 def _latest(old: SessionRecord, u: UsageRecord, at: float) -> dict[str, Any]:
@@ -152,18 +151,31 @@ def _latest(old: SessionRecord, u: UsageRecord, at: float) -> dict[str, Any]:
 
 class Unwritten:
     """Usage records handed to the write-behind and not yet written, by session: a row read
-    from the database while they linger shows their newest figures (`over`), so that a copy
-    dropped by another write does not read back without this process's last answer (the
-    next request is measured from it)."""
+    from the database while they linger shows their figures, so that a copy dropped by
+    another write does not read back without this process's last answer (the next request
+    is measured from it).
+
+    A read while no batch was being written cannot hold any of them: the row plus all of
+    them (`applied`) is what the database will hold, as a cached copy is, and is kept. A
+    read that a batch's write overlapped may hold some: it shows their newest figures only
+    (`over`) and is not kept."""
 
     def __init__(self) -> None:
         self._records: dict[SessionKey, list[UsageRecord]] = {}
+        self._writing = 0  # batches being written now
+        self._started = 0  # batches whose write has started, ever
 
     def add(self, u: UsageRecord) -> None:
         self._records.setdefault(u.sk, []).append(u)
 
+    def writing(self) -> None:
+        """A batch's write starts (`done` ends it)."""
+        self._writing += 1
+        self._started += 1
+
     def done(self, batch: list[UsageRecord]) -> None:
         """The batch was written, or given up on: the database answers for it from now."""
+        self._writing -= 1
         for u in batch:
             held = self._records.get(u.sk)
             if held is None:
@@ -174,6 +186,23 @@ class Unwritten:
 
     def of(self, sk: SessionKey) -> list[UsageRecord]:
         return list(self._records.get(sk, ()))
+
+    def quiet(self) -> int | None:
+        """Before a read: a token for `none_written_since`, or None while a batch is being
+        written."""
+        return None if self._writing else self._started
+
+    def none_written_since(self, token: int | None) -> bool:
+        """After a read: no batch was being written at any time since `quiet` gave `token`,
+        so no record held now can be in the row read."""
+        return token is not None and not self._writing and self._started == token
+
+    def applied(self, record: SessionRecord | None, sk: SessionKey) -> SessionRecord | None:
+        """`record`, which holds none of the session's records held here, with all of them
+        applied as the database will apply them, totals included."""
+        for u in self._records.get(sk, ()):
+            record = with_usage(record, u)
+        return record
 
     def over(
         self, record: SessionRecord | None, sk: SessionKey, earlier: list[UsageRecord]

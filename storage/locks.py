@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextvars import ContextVar
+from collections.abc import AsyncIterator
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 
 from storage.database.owners import holder_is_dead, new_owner, parse_owner
@@ -42,19 +42,32 @@ class _Budget:
 _budget: ContextVar[_Budget | None] = ContextVar("ctxgate_lock_budget", default=None)
 
 
-@contextlib.contextmanager
-def wait_budget(seconds: float) -> Iterator[None]:
+def wait_budget(seconds: float) -> WaitBudget:
     """Bound the total time the current task waits for session locks within this block.
 
     Tasks it starts (a background compression) keep their own `wait_s`: the budget is the
     request's, not theirs.
     """
-    loop = asyncio.get_running_loop()
-    token = _budget.set(_Budget(asyncio.current_task(), loop.time() + seconds))
-    try:
-        yield
-    finally:
-        _budget.reset(token)
+    return WaitBudget(seconds)
+
+
+class WaitBudget:
+    """`wait_budget`'s block (a class, not a generator: it is entered by every request)."""
+
+    __slots__ = ("_seconds", "_token")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._token: Token[_Budget | None] | None = None
+
+    def __enter__(self) -> None:
+        deadline = asyncio.get_running_loop().time() + self._seconds
+        self._token = _budget.set(_Budget(asyncio.current_task(), deadline))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _budget.reset(self._token)
+            self._token = None
 
 
 def _deadline(wait_s: float) -> float:

@@ -6,10 +6,13 @@ sent (OpenAI Chat Completions wire shape), kept as JSON text in the database.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from operator import attrgetter
+from typing import Any, Final, Literal, TypeVar
 
 Message = dict[str, Any]
 JSONObject = dict[str, Any]
@@ -26,6 +29,43 @@ class Unset(enum.Enum):
 
 
 UNSET: Final = Unset.UNSET
+
+D = TypeVar("D")
+
+# Per dataclass: its fields' values as a tuple, and each field's place in it (None: the class
+# does not take its fields positionally, so `evolved` leaves it to `dataclasses.replace`).
+_Shape = tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]
+_SHAPES: dict[type, _Shape | None] = {}
+
+
+def evolved(value: D, **changes: Any) -> D:
+    """`dataclasses.replace(value, **changes)` at about half its cost, for the values copied
+    on every request (a turn, a session row): `replace` looks up and checks every field of the
+    class again on each call."""
+    cls = type(value)
+    shape = _SHAPES[cls] if cls in _SHAPES else _shape_of(cls)
+    if shape is None:
+        return dataclasses.replace(value, **changes)  # type: ignore[type-var]
+    fields, places = shape
+    values = list(fields(value))
+    for name, new in changes.items():
+        place = places.get(name)
+        if place is None:
+            raise TypeError(f"{cls.__name__} has no field {name!r}")
+        values[place] = new
+    return cls(*values)
+
+
+def _shape_of(cls: type) -> _Shape | None:
+    names = [f.name for f in dataclasses.fields(cls)]
+    parameters = list(inspect.signature(cls).parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    takes = [p.name for p in parameters if p.kind in positional]
+    shape: _Shape | None = None
+    if len(names) > 1 and takes == names and len(parameters) == len(names):
+        shape = attrgetter(*names), {name: at for at, name in enumerate(names)}
+    _SHAPES[cls] = shape
+    return shape
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,6 @@ async def read_body(
         async with asyncio.timeout(timeout_s) as timer:
             while True:
                 message = await receive()
-                timer.reschedule(loop.time() + timeout_s)
                 if message["type"] == "http.disconnect":
                     raise ClientDisconnect()
                 chunk = message.get("body", b"")
@@ -76,6 +75,7 @@ async def read_body(
                 chunks.append(chunk)
                 if not message.get("more_body", False):
                     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                timer.reschedule(loop.time() + timeout_s)
     except TimeoutError:
         raise RequestTimeout(
             f"The request body stalled: no byte arrived for {timeout_s:g} s."

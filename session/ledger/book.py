@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from compression import Message, TokenCounter, ToolSchema, seen_messages
+from session.config.prices import Price
 from session.config.settings import Settings
 from session.ledger.tiers import CACHE_TTL_S, Split, caching_of, cost, full_history_split, split_of
 from session.ports.frontdoor import Usage
@@ -78,6 +79,8 @@ class Ledger:
         self.clock = clock
         self._last: OrderedDict[SessionKey, _Last] = OrderedDict()
         self._caching: set[str] = set()  # models whose provider has reported cached tokens
+        # Each model's price: matching the price globs costs more than the charge itself.
+        self._prices: dict[str, Price | None] = {}
 
     async def request(
         self,
@@ -126,8 +129,15 @@ class Ledger:
         )  # fmt: skip
         return self._record(row, billed, None)
 
+    def _price(self, model: str) -> Price | None:
+        if model not in self._prices:
+            if len(self._prices) >= _REMEMBERED:
+                self._prices.clear()
+            self._prices[model] = self.settings.price_for(model)
+        return self._prices[model]
+
     def _record(self, row: ChargeRow, billed: Split, full: Split | None) -> Charged:
-        price = self.settings.price_for(row.model)
+        price = self._price(row.model)
         charged = Charged(
             row.model,
             row.kind,

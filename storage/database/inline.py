@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Connection, Engine, Result, Select, create_engine, event
+from sqlalchemy import Connection, Engine, Insert, Result, Select, create_engine, event
 from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.engine.result import IteratorResult, SimpleResultMetaData
 from sqlalchemy.pool import StaticPool
@@ -95,6 +95,39 @@ class _Prepared:
         return IteratorResult(self.columns, iter(rows))
 
 
+@dataclass(frozen=True, slots=True)
+class _PreparedInsert:
+    """An INSERT (an upsert too) without RETURNING, compiled for sqlite3 for the parameter
+    names it is run with: the write-behind's statements, each run with every batch."""
+
+    statement: Insert  # held so that its id stays its own while this is cached
+    sql: str
+    names: tuple[str, ...]  # parameter names, in placeholder order
+    binds: tuple[Processor | None, ...]
+
+    @classmethod
+    def of(
+        cls, statement: Insert, keys: tuple[str, ...], dialect: Dialect
+    ) -> _PreparedInsert | None:
+        compiled = statement.compile(dialect=dialect, column_keys=list(keys))
+        if compiled.insert_prefetch or compiled.postfetch or compiled.effective_returning:
+            return None  # column defaults computed per row, or rows to give back
+        names = tuple(compiled.positiontup or ())
+        params = [compiled.binds[name] for name in names]
+        if any(p.expanding or p.literal_execute for p in params) or not set(names) <= set(keys):
+            return None  # rendered per call, or holding values of its own
+        binds = tuple(p.type.dialect_impl(dialect).bind_processor(dialect) for p in params)
+        return cls(statement, compiled.string, names, binds)
+
+    def run(self, dbapi: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+        pairs = list(zip(self.names, self.binds, strict=True))
+        values = [[row[n] if f is None else f(row[n]) for n, f in pairs] for row in rows]
+        dbapi.executemany(self.sql, values)
+
+
+_NO_ROWS = SimpleResultMetaData([])
+
+
 class InlineConnection:
     """An AsyncConnection's `execute`, run to its end before it returns.
 
@@ -102,12 +135,14 @@ class InlineConnection:
     (autocommit), fetched whole, so no read transaction stays open to hold back the WAL's
     checkpoints. A SELECT built once and run with parameters (a module-level statement with
     bind parameters) is compiled once and run on sqlite3 directly: SQLAlchemy's execution
-    costs several times SQLite's answer.
+    costs several times SQLite's answer. So is an INSERT built once, run with rows of the same
+    parameter names (its result then holds no rows: nothing here reads an INSERT's).
     """
 
     def __init__(self, conn: Connection) -> None:
         self.sync = conn
         self._prepared: dict[int, _Prepared | None] = {}
+        self._inserts: dict[tuple[int, tuple[str, ...]], _PreparedInsert | None] = {}
 
     @property
     def dialect(self) -> Dialect:
@@ -120,8 +155,23 @@ class InlineConnection:
             prepared = self._prepare(statement)
             if prepared is not None:
                 return prepared.run(self.sync.connection.dbapi_connection, parameters)
+        if isinstance(statement, Insert) and parameters:
+            rows = [parameters] if isinstance(parameters, Mapping) else parameters
+            insert = self._prepare_insert(statement, tuple(rows[0]))
+            if insert is not None:
+                insert.run(self.sync.connection.dbapi_connection, rows)
+                return IteratorResult(_NO_ROWS, iter(()))
         result = self.sync.execute(statement, parameters)
         return result.freeze()() if result.returns_rows else result
+
+    def _prepare_insert(self, statement: Insert, keys: tuple[str, ...]) -> _PreparedInsert | None:
+        key = (id(statement), keys)
+        if key not in self._inserts:
+            if len(self._inserts) >= _MAX_PREPARED:
+                return None  # statements built per call: SQLAlchemy caches those itself
+            self._inserts[key] = _PreparedInsert.of(statement, keys, self.dialect)
+        found = self._inserts[key]
+        return found if found is not None and found.statement is statement else None
 
     def _prepare(self, statement: Executable) -> _Prepared | None:
         if not isinstance(statement, Select):

@@ -68,7 +68,7 @@ async def test_a_row_read_back_shows_the_usage_still_in_the_write_behind(
             lingering = await store.get_session(sk)
             assert lingering is not None and lingering.engine_state == {"strikes": 1}
             assert (lingering.last_prompt_tokens, lingering.last_message_count) == (6500, 12)
-            assert lingering.request_count == 0  # the totals count it once it is written
+            assert lingering.request_count == 1  # no batch was being written: none is in it
             await store.flush()
             written = await store.get_session(sk)
             assert _comparable(written) == _comparable(await plain.get_session(sk))
@@ -76,6 +76,58 @@ async def test_a_row_read_back_shows_the_usage_still_in_the_write_behind(
         finally:
             await store.close()
             await plain.close()
+
+
+async def test_a_row_read_back_while_usage_lingers_is_kept_and_counts_it_once(
+    store_url: str, clock: FakeClock
+) -> None:
+    """On a busy session the write-behind always holds some usage: a row read back after a
+    drop is kept with that usage applied (not read from the database again on every request
+    until the queue runs dry), and the figures it shows are those the database ends with."""
+    sk = SessionKey("scope-a", "busy")
+    store = await SessionStore.open(store_url, clock=clock, session_cache_s=3600, linger_s=60)
+    plain = await SessionStore.open(store_url, clock=clock)
+    try:
+        await store.save_engine_state(sk, {"strikes": 0})
+        late = clock() - 5  # older than the others: only adds to the totals
+        for i, at in enumerate([clock() + 1, clock() + 2, late]):
+            store.record_usage_later(UsageRecord(sk, "gpt-test", 1000 + i, 7, 3 + i, at=at))
+        await store.save_engine_state(sk, {"strikes": 1})  # drops the copy
+        reads = store.stats.session_reads
+        first = await store.get_session(sk)
+        store.record_usage_later(UsageRecord(sk, "gpt-test", 2000, 9, 8, at=clock() + 3))
+        again = await store.get_session(sk)
+        assert store.stats.session_reads == reads + 1  # the second came from the copy
+        assert first is not None and first.engine_state == {"strikes": 1}
+        assert (first.request_count, first.total_prompt_tokens) == (3, 3003)
+        assert (first.last_prompt_tokens, first.last_message_count) == (1001, 4)
+        assert again is not None and (again.request_count, again.last_prompt_tokens) == (4, 2000)
+        await store.flush()
+        written = await plain.get_session(sk)
+        assert _comparable(await store.get_session(sk)) == _comparable(written)
+        assert written is not None and (written.request_count, written.total_prompt_tokens) == (
+            4,
+            5003,
+        )
+    finally:
+        await store.close()
+        await plain.close()
+
+
+def test_a_read_overlapped_by_a_batch_write_is_told_apart() -> None:
+    """`quiet` / `none_written_since` see a write in progress at the read's start, one
+    started and finished during it, and none at all."""
+    sk = SessionKey("scope-a", "overlap")
+    record = UsageRecord(sk, "gpt-test", 100, 5, 4, at=1.0)
+    unwritten = Unwritten()
+    unwritten.add(record)
+    token = unwritten.quiet()
+    assert unwritten.none_written_since(token)
+    unwritten.writing()  # a batch starts during the read ...
+    assert unwritten.quiet() is None and not unwritten.none_written_since(token)
+    unwritten.done([record])  # ... and ends before it
+    assert not unwritten.none_written_since(token)
+    assert unwritten.none_written_since(unwritten.quiet())
 
 
 async def test_usage_older_than_a_compression_does_not_hide_its_pending_figure(

@@ -9,12 +9,17 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from sqlalchemy import column, select, table
+from sqlalchemy import Engine, column, event, select, table
 from sqlalchemy import insert as insert_into
 
 from storage import SessionKey, SessionStore, UsageRecord
 from storage.database.db import CHECKPOINT_EVERY, Database
 from storage.database.inline import Executor
+from storage.database.tables import sessions, usage
+from storage.journal import Mark
+from storage.rows import charges as savings
+from storage.rows import marks
+from storage.rows import usage as usage_rows
 from storage.store import INLINE_USAGE_RECORDS
 
 SK = SessionKey("scope-a", "session-1")
@@ -182,3 +187,79 @@ async def test_the_wal_is_checkpointed_though_inline_commits_never_do_it(
     for x in range(5 * CHECKPOINT_EVERY):
         await db.write_inline(insert(x))
     assert wal_bytes() - start < 2 * CHECKPOINT_EVERY * per_write
+
+
+async def test_an_insert_run_inline_writes_what_sqlalchemy_writes(sqlite_url: str) -> None:
+    """The write-behind's inserts, compiled once and run on sqlite3 by the inline connection,
+    leave the rows the pool's SQLAlchemy execution leaves (booleans, nulls, upserts, the
+    session found by key), batch after batch."""
+    seen: list[str] = []
+
+    def on_execute(_conn: object, _cursor: object, sql: str, *_: object) -> None:
+        seen.append(sql)
+
+    inline_store = await SessionStore.open(sqlite_url)
+    db = inline_store.database
+    sk_pool = SessionKey("scope-a", "by-pool")
+    try:
+        await inline_store.save_engine_state(SK, {})
+        await inline_store.save_engine_state(sk_pool, {})
+
+        def rows_for(sk: SessionKey, n: int) -> list[savings.ChargeRow]:
+            return [
+                savings.ChargeRow(sk, 100.0 + i, "gpt-test", "request", i % 2 == 0, i, 2, 0, 4)
+                for i in range(n)
+            ]
+
+        def records(sk: SessionKey, n: int) -> list[UsageRecord]:
+            return [
+                UsageRecord(sk, "gpt-test", 500 + i, 7, 3 + i, at=200.0 + i, estimated=i == 1)
+                for i in range(n)
+            ]
+
+        event.listen(Engine, "before_cursor_execute", on_execute)
+        for n in (3, 1, 4):  # the same statements again, with other batch sizes
+            for sk, write in ((SK, db.write_inline), (sk_pool, db.write)):
+
+                async def work(conn: Executor, sk: SessionKey = sk, n: int = n) -> None:
+                    await savings.add_charges(conn, rows_for(sk, n))
+                    await usage_rows.apply(conn, records(sk, n), 300.0)
+                    await marks.advance(conn, Mark(f"j-{sk.key}", n), 300.0)
+
+                await write(work)
+        event.remove(Engine, "before_cursor_execute", on_execute)
+        # Only the pool's batches went through SQLAlchemy's execution.
+        assert sum(sql.startswith("INSERT INTO charges") for sql in seen) == 3
+
+        def same(row: savings.ChargeRow) -> tuple[object, ...]:
+            return (row.at, row.compressed, row.uncached, row.full_prompt, row.model, row.kind)
+
+        inline = [same(r) for r in await inline_store.charges_of(SK)]
+        pooled = [same(r) for r in await inline_store.charges_of(sk_pool)]
+        assert inline == pooled and len(inline) == 8
+        assert {r[1] for r in inline} == {True, False}
+        points = await db.read(lambda conn: usage_points(conn))
+        assert points[SK.key] == points[sk_pool.key] and len(points[SK.key]) == 8
+        inline_store.forget_cached()
+        a, b = await inline_store.get_session(SK), await inline_store.get_session(sk_pool)
+        assert a is not None and b is not None
+        assert (a.request_count, a.total_prompt_tokens, a.last_prompt_tokens) == (
+            b.request_count,
+            b.total_prompt_tokens,
+            b.last_prompt_tokens,
+        )
+        assert await db.read(lambda conn: marks.written(conn, f"j-{SK.key}")) == 4
+    finally:
+        await inline_store.close()
+
+
+async def usage_points(conn: Executor) -> dict[str, list[tuple[object, ...]]]:
+    stmt = (
+        select(sessions.c.key, usage.c.at, usage.c.prompt_tokens, usage.c.estimated)
+        .join(sessions, sessions.c.id == usage.c.session_id)
+        .order_by(usage.c.id)
+    )
+    found: dict[str, list[tuple[object, ...]]] = {}
+    for row in (await conn.execute(stmt)).all():
+        found.setdefault(row[0], []).append(tuple(row[1:]))
+    return found
