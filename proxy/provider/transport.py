@@ -7,16 +7,14 @@ asked for nothing of its own: no cookies, redirects, decompression, environment 
 default headers, nor to resend a request by itself, so what the upstream receives is what
 the httpx request holds. What it cannot send byte for byte (a header value that is not
 UTF-8, a bodiless DELETE) goes through httpx's own transport; `server.upstream_client:
-httpx` uses that for everything. `send` takes a call's parts instead of an httpx request
-(ctxgate's upstream calls: building the request costs more than the rest of the send) and
-puts the same bytes on the wire.
+httpx` uses that for everything.
 """
 
 from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,7 +27,6 @@ _NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 # The methods aiohttp sends without a body as they are; for any other (DELETE, say) it adds
 # `Content-Length: 0`, which httpx does not, so such a request goes through httpx.
 _BODILESS_METHODS = aiohttp.ClientRequest.GET_METHODS
-_TARGETS_KEPT = 1024  # URLs `send` remembers (an upstream's few paths)
 
 
 def new_http_transport(client: str = "aiohttp") -> httpx.AsyncBaseTransport:
@@ -49,8 +46,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._fallback = fallback
         self._ssl: ssl.SSLContext = httpx.create_ssl_context(trust_env=False)
         self._session: aiohttp.ClientSession | None = None
-        # Per URL `send` was given: the URL as aiohttp takes it, and its Host header.
-        self._targets: dict[httpx.URL, tuple[yarl.URL, str]] = {}
 
     def _open_session(self) -> aiohttp.ClientSession:
         # Created on first use: an aiohttp session belongs to the event loop it starts in.
@@ -79,67 +74,18 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         data = None if headers is None else _body(request, headers)
         if headers is None or (data is None and request.method not in _BODILESS_METHODS):
             return await self._fallback.handle_async_request(request)
-        return await self._send(
-            request.method,
-            # httpx has encoded the URL already; yarl would re-quote it otherwise
-            yarl.URL(str(request.url), encoded=True),
-            headers,
-            data,
-            request.extensions.get("timeout", {}),
-            request.extensions.get("sni_hostname"),
-            request,
-        )
-
-    async def send(
-        self,
-        method: str,
-        url: httpx.URL,
-        headers: Mapping[str, str],
-        body: bytes,
-        timeout: dict[str, float | None],
-    ) -> httpx.Response | None:
-        """What `handle_async_request` does with the request httpx would build of these
-        parts (its `Host` and `Content-Length` headers included), without building it: a
-        good part of a small request's cost. None when these parts do not go through aiohttp
-        byte for byte (build the request then)."""
-        sent = _sent_headers(headers)
-        if sent is None or (not body and method not in _BODILESS_METHODS):
-            return None
-        target = self._targets.get(url)
-        if target is None:
-            if len(self._targets) >= _TARGETS_KEPT:
-                self._targets.clear()
-            target = self._targets[url] = (
-                yarl.URL(str(url), encoded=True),
-                url.netloc.decode("ascii"),
-            )
-        if "host" not in headers:
-            sent.insert(0, ("Host", target[1]))
-        if body and "content-length" not in headers:
-            sent.append(("Content-Length", str(len(body))))
-        return await self._send(method, target[0], sent, body or None, timeout, None, None)
-
-    async def _send(
-        self,
-        method: str,
-        url: yarl.URL,
-        headers: list[tuple[str, str]],
-        data: bytes | _Upload | None,
-        timeout: dict[str, float | None],
-        sni_hostname: str | None,
-        request: httpx.Request | None,
-    ) -> httpx.Response:
         session = self._session or self._open_session()
         try:
             with _httpx_errors(connecting=True):
                 response = await session.request(
-                    method,
-                    url,
+                    request.method,
+                    # httpx has encoded the URL already; yarl would re-quote it otherwise
+                    yarl.URL(str(request.url), encoded=True),
                     headers=headers,
                     data=data,
                     allow_redirects=False,
-                    timeout=_timeout(timeout),
-                    server_hostname=sni_hostname,
+                    timeout=_timeout(request.extensions.get("timeout", {})),
+                    server_hostname=request.extensions.get("sni_hostname"),
                 )
         except httpx.HTTPError:
             if isinstance(data, _Upload) and data.error is not None:
@@ -179,25 +125,6 @@ class _Body(httpx.AsyncByteStream):
             self._response.release()
         else:
             self._response.close()
-
-
-def _sent_headers(headers: Mapping[str, str]) -> list[tuple[str, str]] | None:
-    """`_text_headers` of the bytes `session.ports.headers.wire_headers` makes of `headers`
-    (a client's values decoded as Latin-1, a config's as they are), or None where those
-    bytes are not UTF-8."""
-    sent = []
-    for name, value in headers.items():
-        if not name.isascii():
-            return None
-        if not value.isascii():
-            try:
-                value = value.encode("latin-1").decode("utf-8")
-            except UnicodeEncodeError:
-                pass  # not from a client's bytes: wire_headers sends it as UTF-8
-            except UnicodeDecodeError:
-                return None
-        sent.append((name, value))
-    return sent
 
 
 def _text_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]] | None:

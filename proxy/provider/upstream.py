@@ -2,8 +2,7 @@
 
 Requests go straight to httpx's transport: a proxy has no use for the client layer above it
 (cookies, redirects, auth flows, default headers), which costs a good part of a millisecond
-per request. ctxgate's own transport is handed the call's parts, without an httpx request.
-httpx exceptions are translated into proxy errors here and nowhere else.
+per request. httpx exceptions are translated into proxy errors here and nowhere else.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from contextlib import asynccontextmanager
 
 import httpx
 
-from proxy.provider.transport import AiohttpTransport
 from session.config.settings import UpstreamSettings
 from session.errors import ProxyError, UpstreamStatus, UpstreamTimeout, UpstreamUnavailable
 from session.ports.headers import client_response_headers, wire_headers
@@ -39,34 +37,27 @@ class Upstream:
         ).as_dict()
         self._urls: dict[str, httpx.URL] = {}  # parsing the URL is a good part of a request
 
-    async def _sent(
+    def _request(
         self,
         method: str,
         path: str,
         body: bytes | None,
         headers: Mapping[str, str],
         timeout_s: float | None = None,
-    ) -> httpx.Response:
-        """The transport's answer (its headers; the body unread); raises httpx's errors."""
+    ) -> httpx.Request:
         timeout = self._timeout
         if timeout_s is not None:
             timeout = httpx.Timeout(timeout_s, connect=self.settings.connect_timeout_s).as_dict()
         url = self._urls.get(path)
         if url is None:
             url = self._urls[path] = httpx.URL(self.settings.base_url + path)
-        if isinstance(self._transport, AiohttpTransport):
-            # ctxgate's own transport takes the parts: no httpx request built in between.
-            sent = await self._transport.send(method, url, headers, body or b"", timeout)
-            if sent is not None:
-                return sent
-        request = httpx.Request(
+        return httpx.Request(
             method,
             url,
             content=body,
             headers=wire_headers(headers),
             extensions={"timeout": timeout},
         )
-        return await self._transport.handle_async_request(request)
 
     async def call(
         self,
@@ -78,8 +69,9 @@ class Upstream:
         timeout_s: float | None = None,
     ) -> httpx.Response:
         """Send and read the whole answer; non-2xx answers come back as responses, not errors."""
+        request = self._request(method, path, body, headers, timeout_s)
         try:
-            response = await self._sent(method, path, body, headers, timeout_s)
+            response = await self._transport.handle_async_request(request)
         except httpx.HTTPError as exc:
             raise map_transport_error(exc, self.settings) from exc
         try:
@@ -98,8 +90,9 @@ class Upstream:
 
         A non-2xx status is read fully and raised as `UpstreamStatus`.
         """
+        request = self._request("POST", path, body, headers)
         try:
-            response = await self._sent("POST", path, body, headers)
+            response = await self._transport.handle_async_request(request)
         except httpx.HTTPError as exc:
             raise map_transport_error(exc, self.settings) from exc
         try:
