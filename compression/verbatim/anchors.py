@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from compression.verbatim.commands import parse_command, render_commands
-from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label
+from compression.verbatim.labels import MAX_LABEL_CHARS, is_key, keyed, kind, label
 
 TIERS = ("user", "agent", "tools")
 TIER_SHARES = (0.4, 0.3, 0.3)  # of the anchor budget, before leftovers flow down the tiers
@@ -215,6 +215,7 @@ class Collector:
         for value in values:
             known = self._tier.get(value)
             if known is not None and known <= tier:
+                self._keyed(value, text, meaning or {})
                 continue
             if known is not None:
                 del self._tiers[known][value]
@@ -224,14 +225,30 @@ class Collector:
             said = label(text or line, value)
             if not text and line and value not in line:
                 said, line = line[:MAX_LABEL_CHARS], ""  # a handoff's label
-            if keyed(line or text, value):
-                line = ""  # `key: value` says what it is: its label
+            key = keyed(text or line, value)  # on any of its lines, not only its first
+            if key:
+                said, line = key, ""  # `key: value` says what it is, and as its text says it
             if line:
                 self.meaning[value] = line
             elif known is None:
                 self.meaning.pop(value, None)
             if text or line or known is None:
                 self.labels[value] = said
+
+    def _keyed(self, value: str, text: str, meaning: Mapping[str, str]) -> None:
+        """An anchor met again in older text, or an earlier handoff, where it is the value of
+        a key (a command used the code a tool gave as `VAULT_CODE: code`): the key says what
+        it is."""
+        if is_key(self.labels.get(value, "")):
+            return
+        if text:
+            key = keyed(text, value)
+        else:  # a handoff's label, written before the value
+            said = meaning.get(value, "")
+            key = said if value not in said and is_key(said) else ""
+        if key:
+            self.labels[value] = key
+            self.meaning.pop(value, None)
 
     def ran(self, commands: Iterable[str]) -> None:
         """Commands of an older message (or an earlier handoff's, newest first)."""

@@ -14,7 +14,7 @@ unused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from compression.assembly.planning import CutPlan
@@ -27,10 +27,11 @@ from compression.summary.handoff import Handoff, handoff_text, parse_handoff, us
 from compression.summary.prompts import ANCHORS_HEADER, USER_CLOSE, USER_MESSAGES_HEADER, USER_OPEN
 from compression.verbatim.anchors import GLOSS_SHARE, AnchorIndex, Collector, select_anchors
 from compression.verbatim.commands import COMMAND_SHARE, commands_of, select_commands
+from compression.verbatim.labels import is_key, keyed_as
 from compression.verbatim.observations import observation_indices
 from compression.verbatim.usermessages import UserMessages, user_messages
 from compression.verbatim.userwords import Carried, Selection, select_carried
-from compression.verbatim.workingset import WorkingSet
+from compression.verbatim.workingset import WorkingSet, entity_kind
 
 USER_TIER, AGENT_TIER, TOOLS_TIER = 0, 1, 2
 
@@ -147,7 +148,10 @@ def carry_section(
     """
     start, end = plan.head_end, plan.tail_start
     budgets = plan.budgets
-    kept_text = "\n".join(_text(item) for item in kept)
+    # The restated message is kept without the earlier handoff merged into it (this one
+    # replaces it): what that handoff carried is not in view for being there.
+    restate = messages[plan.restate] if plan.restate is not None else None
+    kept_text = "\n".join(user_text(i) if i is restate else _text(i) for i in kept)
     if words is None:
         words = user_messages(messages, figures)
     candidates = words.candidates(start, end, plan.restate, pinned)
@@ -164,7 +168,7 @@ def carry_section(
     present = "\n".join([*users.texts, kept_text, *prose])
     # An anchor costs at least ~3 tokens with its separator: room // 3 per tier always fills.
     found = anchor_candidates(messages, start, end, room // 3, words.observations)
-    rank = (working or WorkingSet()).tier
+    rank = _ranking(working or WorkingSet(), found.labels)
     commands, used = select_commands(
         found.commands, int(room * COMMAND_SHARE), count, present.__contains__
     )
@@ -174,13 +178,38 @@ def carry_section(
         found.candidates(),
         room - used,
         count,
-        present.__contains__,
+        _shown(present, found.labels),
         found.meaning,
         rank,
         found.labels,
         int(room * GLOSS_SHARE),  # the commands take from the names, not from their lines
     )
     return users, replace(chosen, commands=commands)
+
+
+def _shown(present: str, labels: Mapping[str, str]) -> Callable[[str], bool]:
+    """Whether the view holds an anchor: a value of a key with its key (`VAULT_CODE: value`,
+    `"flight_number": "HAT009"`), any other anywhere."""
+
+    def shown(value: str) -> bool:
+        if value not in present:
+            return False
+        key = labels.get(value, "")
+        return not is_key(key) or keyed_as(present, value, key)
+
+    return shown
+
+
+def _ranking(working: WorkingSet, labels: Mapping[str, str]) -> Callable[[str], int]:
+    """An anchor's working-set tier, or its key's where the key ranks better: a turn that
+    names `VAULT_CODE` depends on the value a tool gave as `VAULT_CODE: value`."""
+
+    def rank(value: str) -> int:
+        tier = working.tier(value)
+        key = labels.get(value, "")
+        return min(tier, working.tier(key)) if entity_kind(key) == "config" else tier
+
+    return rank
 
 
 def _text(item: Message | str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 MAX_LABEL_CHARS = 32
 LABEL_SCAN_CHARS = 80  # of the line before an anchor, where its key or describing words are
 LABEL_OCCURRENCES = 4  # of an anchor in one text, searched for a `key: value` line
+PRESENT_OCCURRENCES = 16  # of an anchor in the view, searched for it with its key
 
 _KEY = re.compile(r"([A-Za-z_][\w.-]{1,40})[\"']?\s*[:=]")  # "key": value, key=value, Key: value
 _WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z_-]+(?![\w-])")  # whole words, not an id's letters
@@ -24,6 +25,7 @@ _STOP_WORDS = frozenset(
 )
 # From a key's `:` to its value: quotes and brackets, and a list's earlier items.
 _KEYED_GAP = re.compile(r"[\s\"'\[{(]*(?:[\w./-]+[\"']?\s*,\s*[\"']?)*")
+_KEY_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_.-][A-Za-z0-9]+)+")  # one identifier, parted
 _NOT_KEYS = frozenset(("http", "https", "ftp", "file"))
 _ERROR = re.compile(r"[A-Z][A-Za-z0-9]*(?:Error|Exception)")
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
@@ -56,6 +58,30 @@ def keyed(text: str, value: str) -> str:
         if keys and _KEYED_GAP.fullmatch(before[keys[-1][1] :]):
             return keys[-1][0][:MAX_LABEL_CHARS]
     return ""
+
+
+def is_key(said: str) -> bool:
+    """Whether a label is a key (`flight_number`, `VAULT_CODE`), not words or a kind."""
+    return _KEY_LABEL.fullmatch(said) is not None
+
+
+def keyed_as(text: str, value: str, key: str) -> bool:
+    """Whether `text` holds `value` as the value of `key` (`key: value`, `"key": "value"`,
+    `key=value`) on one of its first `PRESENT_OCCURRENCES`: a value in view without its key
+    (a command's argument, a sentence) does not say what it is."""
+    if f"{key}: {value}" in text:
+        return True
+    at = text.find(value)
+    for _ in range(PRESENT_OCCURRENCES):
+        if at < 0:
+            return False
+        before = text[max(0, text.rfind("\n", 0, at) + 1, at - LABEL_SCAN_CHARS) : at]
+        keys = _keys(before, value)
+        if keys and keys[-1][0][:MAX_LABEL_CHARS] == key:
+            if _KEYED_GAP.fullmatch(before[keys[-1][1] :]):
+                return True
+        at = text.find(value, at + len(value))
+    return False
 
 
 def _keys(before: str, value: str) -> list[tuple[str, int]]:

@@ -120,3 +120,55 @@ async def test_a_text_agent_keeps_its_task_and_the_newest_output_ids_not_its_out
     assert anchors and all(value.startswith("run_") for value in anchors)
     newest_summarized = max(int(value[4:8]) for value in anchors)
     assert f"run_{newest_summarized + 1:04d}x" in "\n".join(text_of(m) for m in view[2:])
+
+
+def lookup(number: int, fact: str = "") -> list[Message]:
+    """A tool round of a record-lookup agent: JSON records full of ids, perhaps with a fact
+    (a sentence that states a value, then the same value as a `KEY: value` line)."""
+    records = "\n".join(
+        f'{{"reservation_id": "R{number:03d}{k:02d}X", "flight_number": "HAT{number:03d}"}}'
+        for k in range(12)
+    )
+    output = f"{records}\n{fact}\nstep {number} done"
+    return tool_round(f"c{number}", output, command=f"step {number}")
+
+
+async def test_a_key_value_line_of_a_tool_output_survives_compression_after_compression() -> None:
+    """A fact a later turn refers to (`VAULT_CODE: value`) stays in view as that line, though
+    its tool output is summarized and the handoff summarized again: once the later turns use
+    the value bare (a command's argument), and once not at all."""
+    code = "NEEDLE-5e7a11c0d9"
+    fact = f"The access code for the staging vault is {code}.\nVAULT_CODE: {code}"
+    for passes_value in (False, True):
+        engine = Compressor()
+        counter = CharCounter()
+        limits = engine.limits(WINDOW, 1_000)
+        state = EngineState()
+        view: list[Message] = [system(), user("Open the staging vault, then book the flights.")]
+        compressed_after_fact = 0
+        for number in range(160):
+            view = view + lookup(number, fact if number == 20 else "")
+            if number == 22:
+                view += [user("Pass the VAULT_CODE when you open the vault."), reply("Will do.")]
+            if passes_value and number > 22:
+                view[-2] = tool_round(f"c{number}", "", command=f"open --code {code}")[0]
+            out = await engine.compress(
+                view,
+                context(
+                    summarize=ScriptedSummarizer(default="## Goal\nopen the vault"),
+                    context_length=WINDOW,
+                    counter=counter,
+                    state=state,
+                    now=float(number),
+                ),
+            )
+            if out.outcome in ("compressed", "fallback"):
+                view = out.messages
+                if number >= 20:
+                    compressed_after_fact += 1
+                    seen = "\n".join(text_of(m) for m in view)
+                    assert f"VAULT_CODE: {code}" in seen, (passes_value, number)
+            state = record_real_usage(
+                out.state, counter.count_messages(view), limits.threshold, float(number)
+            )
+        assert compressed_after_fact >= 3  # its output summarized, then the handoff twice
