@@ -9,7 +9,8 @@ when it binds, and how the rest are clipped, is `compression.verbatim.userwords`
 Anchors: exact ids, paths and error names of everything summarized that is not otherwise
 kept verbatim, each with the line that says what it is, the working set's first (see
 `compression.verbatim.anchors`), within their own budget plus what the user messages left
-unused.
+unused. A value of a key is in view only with its key (`VAULT_CODE: value`; a command that
+passes it bare does not say what it is), and ranks with its key where a turn names that.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ record ids, error names, config keys, URLs), in tiers:
                   arguments of the model's last call)
     4 seen        anything else the turns name, newest first
 
+Config keys (`VAULT_CODE`) are read off the user's and the agent's words only: a turn that
+names one depends on the value a tool gave as `VAULT_CODE: value`, whose anchor ranks with
+its key (`compression.verbatim.carry`).
+
 A file that is in tiers 0 to 2 is `core`: its newest read is never dropped for an incidental
 one. Reads and edits are found through `compression.verbatim.fileops`' tool table, so every
 agent it knows is covered. A path the user writes relative (`src/a.py`) and one a tool
