@@ -40,12 +40,7 @@ from compression.engine import (
     Trigger,
 )
 from compression.messages.content import content_text
-from compression.messages.digest import (
-    EMPTY_PREFIX_DIGEST,
-    chain_digest,
-    chained_digests,
-    message_digest,
-)
+from compression.messages.digest import chain_digest, chained_digests, message_digest
 from compression.messages.toolpairs import sanitize_tool_pairs, tool_calls_of
 from compression.messages.types import (
     ContentPart,
@@ -81,7 +76,6 @@ from compression.verbatim.preamble import preamble_end, system_end
 
 __all__ = [
     "ABORT_CLASSES",
-    "EMPTY_PREFIX_DIGEST",
     "ENGINES",
     "FAILURE_CLASSES",
     "IMAGE_PARTS",

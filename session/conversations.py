@@ -250,7 +250,9 @@ class Conversations:
         model = turn.request.model
         # The session's figure is its view's: passages recall before asking placed are not
         # part of it (a compression drops them, so they must not be what triggers one).
-        real = max(1, usage.prompt_tokens - turn.ahead_tokens) if usage else None
+        real = usage.prompt_tokens if usage else None
+        if real and turn.ahead_tokens:  # a provider's 0 is no count: left as it reported it
+            real = max(1, real - turn.ahead_tokens)
         if real is not None and turn.estimate:
             self.models.calibrate(model, real, turn.estimate)
         prompt = real if real is not None else estimate_view(turn, *self._counting(turn))

@@ -111,23 +111,7 @@ def with_usage(old: SessionRecord | None, u: UsageRecord) -> SessionRecord:
             last_compression_at=None,
             root_key=u.sk.key,
         )
-    newer = at >= (old.last_usage_at if old.last_usage_at is not None else at) and at >= (
-        old.last_compression_at if old.last_compression_at is not None else at
-    )
     # One `replace` (it costs more than the arithmetic: it runs on every request).
-    latest: dict[str, Any] = (
-        {
-            "last_prompt_tokens": u.prompt_tokens,
-            "last_completion_tokens": u.completion_tokens,
-            "last_message_count": u.message_count,
-            "last_usage_estimated": u.estimated,
-            "last_usage_at": at,
-        }
-        if newer
-        else {}
-    )
-    if newer and u.tip_digest is not None:
-        latest |= {"tip_len": u.tip_len, "tip_digest": u.tip_digest}
     return dataclasses.replace(
         old,
         model=u.model,
@@ -135,14 +119,42 @@ def with_usage(old: SessionRecord | None, u: UsageRecord) -> SessionRecord:
         request_count=old.request_count + 1,
         total_prompt_tokens=old.total_prompt_tokens + u.prompt_tokens,
         total_completion_tokens=old.total_completion_tokens + u.completion_tokens,
-        **latest,
+        **_latest(old, u, at),
     )
+
+
+def with_latest(old: SessionRecord, u: UsageRecord) -> SessionRecord:
+    """`old` with the newest-usage fields `u` sets, its totals untouched: applying it again,
+    or to a row that already counts `u`, changes nothing."""
+    latest = _latest(old, u, u.at if u.at is not None else 0.0)
+    return dataclasses.replace(old, **latest) if latest else old
+
+
+def _latest(old: SessionRecord, u: UsageRecord, at: float) -> dict[str, Any]:
+    """The fields `u` sets as the session's newest usage: none when the row holds a newer
+    usage or compression (a compression marks the real figure pending)."""
+    newer = at >= (old.last_usage_at if old.last_usage_at is not None else at) and at >= (
+        old.last_compression_at if old.last_compression_at is not None else at
+    )
+    if not newer:
+        return {}
+    latest: dict[str, Any] = {
+        "last_prompt_tokens": u.prompt_tokens,
+        "last_completion_tokens": u.completion_tokens,
+        "last_message_count": u.message_count,
+        "last_usage_estimated": u.estimated,
+        "last_usage_at": at,
+    }
+    if u.tip_digest is not None:
+        latest |= {"tip_len": u.tip_len, "tip_digest": u.tip_digest}
+    return latest
 
 
 class Unwritten:
     """Usage records handed to the write-behind and not yet written, by session: a row read
-    from the database while they linger is brought up to them (`over`), so that a copy
-    dropped by another write does not read back older than this process's own usage."""
+    from the database while they linger shows their newest figures (`over`), so that a copy
+    dropped by another write does not read back without this process's last answer (the
+    next request is measured from it)."""
 
     def __init__(self) -> None:
         self._records: dict[SessionKey, list[UsageRecord]] = {}
@@ -166,17 +178,12 @@ class Unwritten:
     def over(
         self, record: SessionRecord | None, sk: SessionKey, earlier: list[UsageRecord]
     ) -> SessionRecord | None:
-        """`record` as read from the database, brought up to the records it cannot show yet:
-        those still held (less one that is as new as the row's last usage: written, not yet
-        let go of), and of those held at the read's start (`earlier`: written during the read,
-        in it or not), the ones newer than its last usage and compression."""
-        held = self.of(sk)
-        gone = [u for u in earlier if all(u is not h for h in held)]
-        for u in sorted([*held, *gone], key=lambda u: u.at or 0.0):
-            at = u.at or 0.0
-            last = -math.inf if record is None else record.last_usage_at or -math.inf
-            newest = -math.inf if record is None else record.last_compression_at or -math.inf
-            if at == last or (any(u is g for g in gone) and at <= max(last, newest)):
-                continue
-            record = with_usage(record, u)
+        """`record` as read from the database with the newest figures of the records still
+        held, or held when the read began (`earlier`: some may be in the row by now). Only
+        the newest-usage fields are set, never the totals: the row may already count a
+        record written during the read, and setting them again changes nothing. (A session
+        with no row yet gets the records' totals too: none of them can be in it.)"""
+        pending = {id(u): u for u in [*earlier, *self.of(sk)]}
+        for u in sorted(pending.values(), key=lambda u: u.at or 0.0):
+            record = with_usage(record, u) if record is None else with_latest(record, u)
         return record

@@ -186,7 +186,10 @@ class SessionStore(Accounts, Tenancy):
         epoch, unwritten = self._cache.epoch, self._unwritten.of(sk)
         self._session_reads += 1
         record = await self._db.lookup(lambda conn: sessions.get(conn, sk))
-        record = self._unwritten.over(record, sk, unwritten)
+        if unwritten or self._unwritten.of(sk):
+            # Its totals do not count the records still unwritten: not kept, the next read
+            # asks the database again (which counts them once they are written).
+            return self._unwritten.over(record, sk, unwritten)
         self._cache.put(sk, record, epoch)
         return record
 
@@ -412,6 +415,7 @@ class SessionStore(Accounts, Tenancy):
             return await self._db.write(lambda conn: sessions.delete_session(conn, sk, keep_totals))
         finally:
             self._cache.clear()  # the session's forks went with it
+            self._checkpoints.clear()  # and their compressed views
 
     # -- model windows -----------------------------------------------------------------
 

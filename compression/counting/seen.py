@@ -31,10 +31,13 @@ from compression.engine import TokenCounter
 from compression.messages.digest import sized_digest
 from compression.messages.types import Message, ToolSchema
 
-# Canonical bytes of the messages held (about 8M tokens): twice what the proxy keeps of
-# parsed bodies to find grown ones in (a message of a body no longer kept comes back as a new
-# object, found by content instead), leaving room for views and checkpoints' messages.
-BUDGET_BYTES = 32 * 1024 * 1024
+# What the memo may hold, each entry charged its message's canonical bytes (the parsed message
+# costs about as much, and is mostly shared with the bodies the proxy keeps to find grown ones
+# in) plus ENTRY_BYTES for its own bookkeeping (the entry, its digest, its counts, its slot in
+# the order: about 670 bytes measured): some 8M tokens of agent history, or 70,000 one-word
+# messages. A message of an entry let go comes back as a new object, found by content instead.
+BUDGET_BYTES = 64 * 1024 * 1024
+ENTRY_BYTES = 700
 
 
 class _Entry:
@@ -81,7 +84,7 @@ class SeenMessages:
         for i, entry in enumerate(found):
             if entry is None:
                 digest, size = sized_digest(messages[i])
-                entry = found[i] = _Entry(messages[i], digest, size)
+                entry = found[i] = _Entry(messages[i], digest, size + ENTRY_BYTES)
                 new.append(entry)
         if new:
             self._keep(new)

@@ -259,7 +259,10 @@ class Collector:
         return len(self._tiers[tier]) < self.per_tier and self._scanned[tier] < SCAN_CHARS_PER_TIER
 
     def done(self) -> bool:
-        return not (self.wants(0) or self.wants(1) or self.wants(2))  # one per tier of TIERS
+        """Every tier full, and as many commands as a tier holds: older messages may still
+        hold the commands the newest did not run (a clone, a build at the start)."""
+        tiers_full = not (self.wants(0) or self.wants(1) or self.wants(2))  # one per tier
+        return tiers_full and len(self.commands) >= self.per_tier
 
     def candidates(self) -> tuple[list[str], ...]:
         return tuple(list(bucket) for bucket in self._tiers)

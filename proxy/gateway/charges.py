@@ -76,9 +76,14 @@ class Charges:
 
 
 def figures_of(turn: Turn, usage: Usage, counter: TokenCounter) -> tuple[int, History]:
-    """`full_prompt` of the request: its client messages' digests and counts as needed."""
+    """`full_prompt` of the request: its client messages' digests and counts as needed. The
+    provider billed the passages recall before asking placed as well, which `turn.view` does
+    not hold: scaled without them, or they would count as part of the client's history."""
+    billed = usage.prompt_tokens
+    if billed and turn.ahead_tokens:
+        billed = max(1, billed - turn.ahead_tokens)
     return full_prompt(
-        usage.prompt_tokens,
+        billed,
         turn.messages,
         turn.view,
         turn.request.tools,

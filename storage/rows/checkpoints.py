@@ -116,6 +116,11 @@ class KeptCheckpoints:
         self._kept.move_to_end(row.id)
         return checkpoint
 
+    def clear(self) -> None:
+        """Let every checkpoint go (a deleted session's view is not kept in memory either)."""
+        self._kept.clear()
+        self._bytes = 0
+
     def put(self, checkpoint: Checkpoint, size: int) -> None:
         old = self._kept.pop(checkpoint.id, None)
         if old is not None:

@@ -3,6 +3,7 @@
 import dataclasses
 
 from storage import PROMPT_TOKENS_PENDING, SessionKey, SessionStore, UsageRecord
+from storage.cache import Unwritten, with_usage
 from tests.storage.factories import FakeClock, chain_digests, commit, history
 
 SK = SessionKey("scope-a", "cached")
@@ -67,7 +68,7 @@ async def test_a_row_read_back_shows_the_usage_still_in_the_write_behind(
             lingering = await store.get_session(sk)
             assert lingering is not None and lingering.engine_state == {"strikes": 1}
             assert (lingering.last_prompt_tokens, lingering.last_message_count) == (6500, 12)
-            assert lingering.request_count == 1
+            assert lingering.request_count == 0  # the totals count it once it is written
             await store.flush()
             written = await store.get_session(sk)
             assert _comparable(written) == _comparable(await plain.get_session(sk))
@@ -92,6 +93,30 @@ async def test_usage_older_than_a_compression_does_not_hide_its_pending_figure(
         await store.commit_compression(commit(sk, chain_digests(messages), 4))
         row = await store.get_session(sk)
         assert row is not None and row.last_prompt_tokens == PROMPT_TOKENS_PENDING
+        await store.flush()
+        row = await store.get_session(sk)
+        assert row is not None and row.last_prompt_tokens == PROMPT_TOKENS_PENDING
         assert row.request_count == 1
     finally:
         await store.close()
+
+
+def test_records_already_in_the_row_read_are_not_counted_again() -> None:
+    """A batch written but not yet let go of when the row is read: the row counts its
+    records, and bringing it up to them must not count them twice (nor undo a newer one)."""
+    sk = SessionKey("scope-a", "in-flight")
+    first = UsageRecord(sk, "gpt-test", 100, 5, 4, at=1.0)
+    second = UsageRecord(sk, "gpt-test", 200, 5, 6, at=2.0)
+    row = with_usage(with_usage(None, first), second)  # what the database holds
+    unwritten = Unwritten()
+    unwritten.add(first)
+    unwritten.add(second)
+    for earlier in ([], [first, second], [second]):
+        seen = unwritten.over(row, sk, earlier)
+        assert seen is not None
+        assert (seen.request_count, seen.total_prompt_tokens) == (2, 300)
+        assert (seen.last_prompt_tokens, seen.last_message_count) == (200, 6)
+    older = UsageRecord(sk, "gpt-test", 50, 5, 2, at=0.5)  # answered before the row's last
+    unwritten.add(older)
+    seen = unwritten.over(row, sk, [])
+    assert seen is not None and (seen.last_prompt_tokens, seen.request_count) == (200, 2)

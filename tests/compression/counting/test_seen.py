@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compression.counting.seen import SeenMessages
+from compression.counting.seen import ENTRY_BYTES, SeenMessages
 from compression.counting.tokens import RoughCounter, TiktokenCounter, counter_for_model
 from compression.messages.digest import message_digests
 from compression.messages.types import Message
@@ -114,6 +114,15 @@ def test_what_is_held_stays_within_its_budget() -> None:
     huge: list[Message] = [{"role": "user", "content": "x" * 30_000}]
     assert seen.count_each(counter, huge) == [counter.count_message(huge[0])]
     assert all(m is not huge[0] for m in seen_objects(seen))
+
+
+def test_small_messages_are_charged_their_bookkeeping() -> None:
+    """100,000 one-word messages are 5 MB of JSON but ~70 MB held: the budget bounds what is
+    held, so each entry is charged what keeping it costs, not only its message's bytes."""
+    seen, counter = SeenMessages(budget_bytes=70_000), NotingRough()
+    words: list[Message] = [{"role": "user", "content": f"w{i}"} for i in range(1_000)]
+    seen.count_each(counter, words)
+    assert 0 < len(seen) <= 70_000 // ENTRY_BYTES
 
 
 def seen_objects(seen: SeenMessages) -> list[Any]:

@@ -8,7 +8,7 @@ from compression.counting.figures import PassFigures
 from compression.options import CompressorOptions
 from compression.summary.handoff import Handoff, parse_handoff, render_handoff
 from compression.verbatim.anchors import AnchorIndex
-from compression.verbatim.carry import carry_section
+from compression.verbatim.carry import anchor_candidates, carry_section
 from compression.verbatim.commands import (
     COMMAND_PREFIX,
     MAX_COMMAND_CHARS,
@@ -80,3 +80,17 @@ def test_selection_stays_in_its_room_in_order_once(
     assert len(set(chosen)) == len(chosen) and not set(chosen) & held
     offered = [c for c in dict.fromkeys(commands) if c not in held]
     assert list(chosen) == offered[: len(chosen)]
+
+
+def test_commands_are_collected_past_the_messages_that_fill_the_anchor_tiers() -> None:
+    """The newest messages can fill every tier of anchors at once; the commands run before
+    them are still gathered (as many as a tier holds), newest first."""
+    messages = [system()]
+    for n in range(10):  # each round names enough for every tier: the user's, agent's, tool's
+        named = " ".join(f"USR_{n}_{k}" for k in range(6))
+        run = " ".join(f"RUN_{n}_{k}" for k in range(6))
+        out = " ".join(f"/srv/app/mod_{n}_{k}.py" for k in range(6))
+        messages += [user(f"Fix these: {named}"), *tool_round(f"c{n}", out, command=f"make {run}")]
+    found = anchor_candidates(messages, 1, len(messages), per_tier=5)
+    assert all(len(tier) >= 5 for tier in found.candidates())
+    assert [c.split()[1] for c in found.commands] == [f"RUN_{n}_0" for n in range(9, 4, -1)]

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from compression import RECALLED_OPEN
 from session.pressure import LARGE_BODY_BYTES
 from tests.servers import ProxyServer, settings_for
 from tests.session.ledger.test_shadow import ADMIN, COLOUR, INDENT, MODEL, TOOLS, Agent
@@ -29,27 +30,45 @@ sim = simulator_fixture(
 )
 
 
-class Recorded(Agent):
-    """The agent, keeping every body it sent."""
+BUILD = "BLD-7731X"  # an id an early tool result reports, and later ones name again
 
-    def __init__(self, proxy: ProxyServer, filler_lines: int = 40) -> None:
+
+class Recorded(Agent):
+    """The agent, keeping every body it sent; with `named`, its second tool result reports a
+    build id that every result after the compression names again, so recall before asking
+    puts that archived result back in view."""
+
+    def __init__(self, proxy: ProxyServer, filler_lines: int = 40, named: bool = False) -> None:
         super().__init__(proxy, fact_in_tool_output=False, filler_lines=filler_lines)
         self.sent: list[dict[str, Any]] = []
+        self.named = named
+        self.compressed = False
 
     def step(self, stream: bool = False) -> None:
         body = {"model": MODEL, "messages": copy.deepcopy(self.messages), "tools": TOOLS}
         self.sent.append(body)
         super().step(stream)
+        result = self.messages[-1]
+        if self.named and self.steps == 2:
+            result["content"] = f"build {BUILD} started for the formatter\n{result['content']}"
+        elif self.named and self.compressed:
+            result["content"] = f"{result['content']}\nwaiting on {BUILD}"
+
+    def compress(self) -> None:
+        super().compress()
+        self.compressed = True
 
 
 @pytest.mark.parametrize(
-    ("recall", "filler_lines", "pool"), [(True, 40, 0), (False, 40, 0), (False, 1500, 2)]
+    ("recall", "filler_lines", "pool", "named"),
+    [(True, 40, 0, False), (True, 40, 0, True), (False, 40, 0, False), (False, 1500, 2, False)],
 )
 def test_savings_match_a_hand_computation(
-    sim: Simulator, db_path: str, recall: bool, filler_lines: int, pool: int
+    sim: Simulator, db_path: str, recall: bool, filler_lines: int, pool: int, named: bool
 ) -> None:
     """Also with bodies past `LARGE_BODY_BYTES` (figures worked out off the event loop, a
-    first-seen history counted in pieces in the pool)."""
+    first-seen history counted in pieces in the pool), and with passages recall before asking
+    placed (billed, but no part of the client's history)."""
     sim.responder = InViewModel((INDENT, COLOUR))
     settings = settings_for(
         sim.base_url,
@@ -61,7 +80,7 @@ def test_savings_match_a_hand_computation(
         models=[{"match": "*", "upstream": "sim", "context_length": WINDOW if pool else 128_000}],
     )
     with ProxyServer(settings) as proxy:
-        agent = Recorded(proxy, filler_lines)
+        agent = Recorded(proxy, filler_lines, named)
         for _ in range(10):
             agent.step()
         agent.compress()
@@ -75,6 +94,7 @@ def test_savings_match_a_hand_computation(
     large = sum(len(json.dumps(body)) > LARGE_BODY_BYTES for body in agent.sent)
     assert large == (0 if filler_lines == 40 else 12)
     assert any("ctxgate_recall" in str(r.body.get("tools")) for r in forwarded) == recall
+    assert any(RECALLED_OPEN in str(r.body) for r in forwarded) == named
     # By hand: the client's bodies as the simulator would bill them, against what it billed.
     full_prompt = sum(sim.count_prompt_tokens(body) for body in agent.sent)
     billed_prompt = sum(r.prompt_tokens or 0 for r in sim.received)

@@ -310,3 +310,13 @@ async def test_a_checkpoint_written_in_place_of_a_deleted_one_is_read(
     new = await store.commit_compression(commit(SK, DIGESTS, 8, replacement=replacement))
     found = await store.find_checkpoint(SK, DIGESTS)
     assert found == new and found is not None and found.messages == replacement
+
+
+async def test_a_deleted_sessions_checkpoints_are_not_kept_in_memory(store: SessionStore) -> None:
+    """Deleting a session lets its compressed views go from this process too."""
+    replacement = [{"role": "user", "content": "private summary " * 50}]
+    await store.commit_compression(commit(SK, DIGESTS, 8, replacement=replacement))
+    assert await store.find_checkpoint(SK, DIGESTS) is not None
+    assert await store.delete_session(SK, keep_totals=False)
+    held = [cp for cp, _ in store._checkpoints._kept.values()]
+    assert all(cp.messages != replacement for cp in held)
