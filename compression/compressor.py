@@ -61,7 +61,7 @@ from compression.summary.failures import SummaryFailure, cooldown_seconds
 from compression.summary.handoff import Handoff, handoff_text, user_text, view_summaries
 from compression.summary.middle import MiddleSummary, summarize_middle
 from compression.thresholds import Limits, limits_for
-from compression.verbatim.carry import carry_need, carry_section
+from compression.verbatim.carry import carry_need, carry_section, yield_floor
 from compression.verbatim.fileops import FileOp, file_ops
 from compression.verbatim.observations import observation_indices
 from compression.verbatim.pins import PinPlan, find_pins, plan_pins
@@ -438,9 +438,13 @@ def _finish(
         if projected < limit or not users.texts or plan.level < MAX_LEVEL:
             break
         # The most the cut could shrink is done and the view is still over: the user's words
-        # carried verbatim yield (clipped, with their handle) so that it fits.
+        # carried verbatim yield (clipped, with their handle) so that it fits, down to the
+        # original request's first lines.
         over = math.ceil((projected - int(limit * TARGET_SHARE)) / run.calibration)
-        carrying = replace(carrying, budgets=yielded(carrying.budgets, over))
+        given = yielded(carrying.budgets, over, yield_floor(count))
+        if given == carrying.budgets:
+            break
+        carrying = replace(carrying, budgets=given)
     check_invariants(result)
     if after >= figures.total or (not run.ctx.force and projected >= limit):
         why = (

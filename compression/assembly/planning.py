@@ -120,15 +120,16 @@ def budgets_for(
     )
 
 
-def yielded(budgets: Budgets, overshoot: int) -> Budgets:
-    """The budgets with the user's words carried verbatim given up by `overshoot` tokens:
-    when the most aggressive cut still does not fit, nothing else is left to shrink, and a
-    handoff that does not fit fails the request it was made for. What no longer fits is
-    clipped with its handle (`compression.verbatim.userwords`). The newest file reads keep
-    their own budget: the next edit needs them whole."""
+def yielded(budgets: Budgets, overshoot: int, floor: int = 0) -> Budgets:
+    """The budgets with the user's words carried verbatim given up by `overshoot` tokens,
+    down to `floor` (what holds the original request's first lines): when the most
+    aggressive cut still does not fit, nothing else is left to shrink, and a handoff that does
+    not fit fails the request it was made for. What no longer fits is clipped with its handle
+    (`compression.verbatim.userwords`). The newest file reads keep their own budget: the next
+    edit needs them whole."""
     if overshoot <= 0:
         return budgets
-    return replace(budgets, carry=max(0, budgets.carry - overshoot))
+    return replace(budgets, carry=max(min(budgets.carry, floor), budgets.carry - overshoot))
 
 
 def plan_cut(

@@ -31,7 +31,7 @@ from compression.verbatim.commands import COMMAND_SHARE, commands_of, select_com
 from compression.verbatim.labels import is_key, keyed_as
 from compression.verbatim.observations import observation_indices
 from compression.verbatim.usermessages import UserMessages, user_messages
-from compression.verbatim.userwords import Carried, Selection, select_carried
+from compression.verbatim.userwords import ORIGIN_CLIP_TOKENS, Carried, Selection, select_carried
 from compression.verbatim.workingset import WorkingSet, entity_kind
 
 USER_TIER, AGENT_TIER, TOOLS_TIER = 0, 1, 2
@@ -76,6 +76,15 @@ def carry_need(
     overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
     sizes = (c.tokens if c.tokens is not None else count(c.text) for c in candidates)
     return count(USER_MESSAGES_HEADER) + sum(size + overhead for size in sizes)
+
+
+def yield_floor(count: Callable[[str], int]) -> int:
+    """The carry budget the user's words never yield below: the section with a clip of the
+    original request's first lines. A handoff that drops it loses the task statement for every
+    later compression (each reads the user's words back from the handoff it replaces), while
+    the tokens it saves rarely decide whether a forced pass fits."""
+    overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
+    return count(USER_MESSAGES_HEADER) + ORIGIN_CLIP_TOKENS + overhead
 
 
 def anchor_candidates(
