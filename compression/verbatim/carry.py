@@ -10,7 +10,8 @@ Anchors: exact ids, paths and error names of everything summarized that is not o
 kept verbatim, each with the line that says what it is, the working set's first (see
 `compression.verbatim.anchors`), within their own budget plus what the user messages left
 unused. A value of a key is in view only with its key (`VAULT_CODE: value`; a command that
-passes it bare does not say what it is), and ranks with its key where a turn names that.
+passes it bare does not say what it is), and ranks with its key where a turn names that; a
+value of a config key ranks with the newest turn's names at least.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from compression.verbatim.labels import is_key, keyed_as
 from compression.verbatim.observations import observation_indices
 from compression.verbatim.usermessages import UserMessages, user_messages
 from compression.verbatim.userwords import ORIGIN_CLIP_TOKENS, Carried, Selection, select_carried
-from compression.verbatim.workingset import WorkingSet, entity_kind
+from compression.verbatim.workingset import NEWEST, WorkingSet, entity_kind
 
 USER_TIER, AGENT_TIER, TOOLS_TIER = 0, 1, 2
 
@@ -100,11 +101,13 @@ def anchor_candidates(
         observations = observation_indices(messages, start, end)
     collector = Collector(per_tier)
     for index in range(end - 1, start - 1, -1):
-        if collector.done():
-            break
         message = messages[index]
-        role = message.get("role")
         summary = handoff_text(message)
+        if summary is None and collector.done():
+            # Full: only an earlier handoff is still read, whose anchors an earlier pass chose
+            # (left out, what it carried would be gone for good, behind the newer turns' ids).
+            continue
+        role = message.get("role")
         if summary is not None:
             parsed = parse_handoff(summary)
             if parsed is not None:
@@ -212,12 +215,18 @@ def _shown(present: str, labels: Mapping[str, str]) -> Callable[[str], bool]:
 
 def _ranking(working: WorkingSet, labels: Mapping[str, str]) -> Callable[[str], int]:
     """An anchor's working-set tier, or its key's where the key ranks better: a turn that
-    names `VAULT_CODE` depends on the value a tool gave as `VAULT_CODE: value`."""
+    names `VAULT_CODE` depends on the value a tool gave as `VAULT_CODE: value`. A value of a
+    config key ranks with the newest turn's names at least: a setting a tool stated once is
+    what a later command passes, while the other ids of tool output (a listing's records, a
+    decompiler's locals) come again with the next call that needs them; without this the
+    setting, re-read from each handoff behind the newer turns' ids, yields to them for good."""
 
     def rank(value: str) -> int:
         tier = working.tier(value)
         key = labels.get(value, "")
-        return min(tier, working.tier(key)) if entity_kind(key) == "config" else tier
+        if not is_key(key) or entity_kind(key) != "config":
+            return tier
+        return min(tier, working.tier(key), NEWEST)
 
     return rank
 

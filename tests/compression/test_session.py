@@ -172,3 +172,50 @@ async def test_a_key_value_line_of_a_tool_output_survives_compression_after_comp
                 out.state, counter.count_messages(view), limits.threshold, float(number)
             )
         assert compressed_after_fact >= 3  # its output summarized, then the handoff twice
+
+
+def decompiled(number: int, fact: str = "") -> list[Message]:
+    """A tool round of a reverse-engineering agent: a decompiler's output, every round with
+    ids of its own (locals, data labels), perhaps with a setting stated as `KEY: value`."""
+    body = "\n".join(
+        f"  local_{number}_{k} = DAT_{number:04x}{k:04x} + param_{number}_{k};" for k in range(6)
+    )
+    notes = "\n".join(
+        f"  // block {k}: a loop over the input buffer, nothing notable" for k in range(20)
+    )
+    output = f"void FUN_{number:08x}(void)\n{{\n{body}\n{notes}\n}}\n{fact}"
+    return tool_round(f"c{number}", output, command=f"decompile FUN_{number:08x}")
+
+
+async def test_a_setting_a_tool_stated_outlasts_the_newer_ids_of_tool_output() -> None:
+    """A `KEY: value` setting in one tool output that no turn names again stays in view as
+    that line while every later output brings ids of its own: re-read from each handoff, it
+    would otherwise fall behind the newer ids (or not be read at all once they fill the
+    anchors' scan) and drop out at the next compression."""
+    code = "NEEDLE-0c4f0df637"
+    engine = Compressor()
+    counter = CharCounter()
+    limits = engine.limits(WINDOW, 1_000)
+    state = EngineState()
+    view: list[Message] = [system(), user("Find the flag in the rock binary.")]
+    compressed_after_fact = 0
+    for number in range(150):
+        view = view + decompiled(number, f"STAGING_VAULT: {code}" if number == 10 else "")
+        ctx = context(
+            summarize=ScriptedSummarizer(default="## Goal\nfind the flag"),
+            context_length=WINDOW,
+            counter=counter,
+            state=state,
+            now=float(number),
+        )
+        out = await engine.compress(view, ctx)
+        if out.outcome in ("compressed", "fallback"):
+            view = out.messages
+            if number >= 10:
+                compressed_after_fact += 1
+                seen = "\n".join(text_of(m) for m in view)
+                assert f"STAGING_VAULT: {code}" in seen, number
+        state = record_real_usage(
+            out.state, counter.count_messages(view), limits.threshold, float(number)
+        )
+    assert compressed_after_fact >= 4  # its output summarized, then the handoff again and again

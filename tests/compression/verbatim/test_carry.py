@@ -7,7 +7,8 @@ from compression.options import CompressorOptions
 from compression.summary.handoff import Handoff, render_handoff
 from compression.summary.handoff import user_text as read_user_text
 from compression.summary.prompts import RECALLED_CLOSE, RECALLED_OPEN
-from compression.verbatim.carry import carry_candidates, carry_section
+from compression.verbatim.anchors import AnchorIndex
+from compression.verbatim.carry import anchor_candidates, carry_candidates, carry_section
 from tests.compression.builders import reply, system, tool_round, user
 from tests.compression.counters import CharCounter
 
@@ -150,3 +151,23 @@ def test_passages_ctxgate_recalled_into_a_user_message_are_not_carried_as_theirs
     said = "Where is booking XEWRD9?"
     placed = f"{said}\n\n{RECALLED_OPEN}\nm4 (tool): XEWRD9 is in Lisbon\n{RECALLED_CLOSE}"
     assert read_user_text({"role": "user", "content": placed}) == said
+
+
+def test_an_earlier_handoffs_anchors_are_read_when_newer_turns_fill_the_scan() -> None:
+    """The newer turns bring more ids (and commands) than every tier scans: the earlier
+    handoff at the region's start is still read, so what it carried competes with them
+    instead of being gone."""
+    value = "NEEDLE-0c4f0df637"
+    earlier = Handoff(
+        "## Goal\nfind the flag",
+        anchors=AnchorIndex(tools=(value,), meaning=((value, "VAULT_CODE"),)),
+    )
+    messages: list[Message] = [system(), user(render_handoff(earlier)), reply("On it.")]
+    for n in range(12):
+        messages.append(user(f"Now look at FUN_{n:04x} and DAT_{n:04x}0001."))
+        ids = " ".join(f"DAT_{n:04x}{k:04x}" for k in range(10))
+        messages += tool_round(f"c{n}", ids, command=f"decompile FUN_{n:04x}")
+        messages.append(reply(f"FUN_{n:04x} calls FUN_{n + 1:04x}."))
+    found = anchor_candidates(messages, 1, len(messages), per_tier=3)
+    assert value in found.candidates()[2]
+    assert found.labels[value] == "VAULT_CODE"
