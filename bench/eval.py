@@ -27,7 +27,11 @@ tokens (prompt tokens priced with cache tiers, OpenAI- and Anthropic-style), com
 by trigger, added latency with background compression on and off, and shadow agreement per
 window (ctxgate's shadow checks on a replay answered by the simulator's in-view model,
 deterministic and sampled: B vs A agreement beside the A' vs A noise floor). The never-recall
-arm's model answers only from its view (it never calls the recall tool). Writes eval.json,
+arm's model answers only from its view (it never calls the recall tool). Before each next
+turn the client waits until the session's background compression has landed (admin API
+`.../activity`, at most 30 s), as a real agent's seconds-long turns let it, so that the
+figures do not depend on the machine's speed (--no-await-compression: turns only --gap-ms
+apart). Writes eval.json,
 eval.md and eval.png under --out (default bench/results/) and prints the Markdown tables.
 """
 
@@ -72,6 +76,7 @@ def config_from(args: argparse.Namespace) -> EvalConfig:
         quick=args.quick,
         shadow=not args.no_shadow,
         one_task=args.one_task if args.one_task is not None else (0 if args.quick else 2),
+        await_compression=args.await_compression,
     )
 
 
@@ -97,6 +102,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--gap-ms", type=float, default=20.0, help="pause between turns (tool time)"
+    )
+    parser.add_argument(
+        "--await-compression",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="before each next turn, wait (at most 30 s; a timeout is counted in the report) "
+        "until the session's background compression has landed, as a real agent's "
+        "seconds-long turns let it; --no-await-compression: turns only --gap-ms apart, so "
+        "where a compression lands depends on the machine's speed (default: await)",
     )
     parser.add_argument("--seed", type=int, default=0, help="needle codes")
     parser.add_argument(

@@ -284,7 +284,7 @@ class Conversations:
         action = decide(event, limits, turn.state, now=self.clock(), rules=self.rules)
         if isinstance(action, Compress):
             job = replace(turn, notes=(), estimate=None)
-            self.sessions.start_job(turn.key, self._background(job, action))
+            self.sessions.start_job(turn.key, self._background(job, action), turn.root)
 
     def _judge(self, turn: Turn, prompt: int, threshold: int) -> Turn:
         """The engine state after a real figure (strikes, anti-thrash), saved when it moved."""

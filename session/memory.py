@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from compression import EngineState, Message
 from session.turn import Turn
@@ -26,6 +26,11 @@ log = logging.getLogger("ctxgate.sessions")
 
 _MAX_CHILD_HOPS = 64
 _REMEMBERED = 20_000
+# An answer's bookkeeping runs as soon as it is sent; one still marked after this long was
+# never sent (its client went away first), so it no longer counts as pending.
+_ANSWER_STALE_S = 10.0
+
+Activity = Literal["idle", "pending", "running"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +101,10 @@ class Sessions:
         self.clock = clock
         self.held_bytes = held_bytes
         self.jobs: dict[SessionKey, asyncio.Task[None]] = {}
+        self._job_roots: dict[SessionKey, SessionKey] = {}  # job's key -> its client's session
+        # Per client session: answers sent whose bookkeeping (which decides on a background
+        # compression) has not run yet, and when the newest of them was sent.
+        self._answering: dict[SessionKey, tuple[int, float]] = {}
         self.marks: OrderedDict[SessionKey, ViewMark] = OrderedDict()
         self.held: OrderedDict[SessionKey, HeldTurn | Turn] = OrderedDict()
         self._held_size = 0
@@ -128,11 +137,46 @@ class Sessions:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def start_job(self, key: SessionKey, coro: Coroutine[Any, Any, None]) -> None:
-        """A session's background compression; at most one runs per session."""
+    def start_job(
+        self, key: SessionKey, coro: Coroutine[Any, Any, None], root: SessionKey | None = None
+    ) -> None:
+        """A session's background compression; at most one runs per session. `root`: the
+        client's session the job's lineage belongs to (default `key`)."""
         task = self.spawn(coro)
         self.jobs[key] = task
-        task.add_done_callback(lambda _task: self.jobs.pop(key, None))
+        self._job_roots[key] = root or key
+        task.add_done_callback(lambda _task: self._job_done(key, task))
+
+    def _job_done(self, key: SessionKey, task: asyncio.Task[None]) -> None:
+        if self.jobs.get(key) is task:
+            del self.jobs[key]
+            self._job_roots.pop(key, None)
+
+    def answering(self, root: SessionKey) -> None:
+        """An answer of the client session `root` is on its way out; its bookkeeping follows."""
+        count, _ = self._answering.pop(root, (0, 0.0))
+        self._answering[root] = (count + 1, time.monotonic())
+        while len(self._answering) > _REMEMBERED:  # the oldest first: stale ones among them
+            del self._answering[next(iter(self._answering))]
+
+    def answered(self, root: SessionKey) -> None:
+        """The bookkeeping of one of `root`'s answers has run (a background compression, when
+        due, is started by then)."""
+        count, since = self._answering.pop(root, (0, 0.0))
+        if count > 1:
+            self._answering[root] = (count - 1, since)
+
+    def activity(self, key: SessionKey) -> Activity:
+        """What this process does about compressing `key` (a client's session id, or one of
+        its lineages' keys) in the background: `running` while a compression runs for it,
+        `pending` while an answer it sent has not been through the bookkeeping that decides
+        on one, else `idle`."""
+        if key in self.jobs or key in self._job_roots.values():
+            return "running"
+        count, since = self._answering.get(key, (0, 0.0))
+        if count and time.monotonic() - since < _ANSWER_STALE_S:
+            return "pending"
+        return "idle"
 
     async def await_job(self, key: SessionKey, timeout_s: float) -> bool:
         """Wait (bounded) for this session's background compression; True if there was one."""
@@ -208,6 +252,8 @@ class Sessions:
         self.tips.pop(key, None)
         self._release(key)
         self._committed_at.pop(key, None)
+        self._answering.pop(key, None)
+        self._job_roots.pop(key, None)
         job = self.jobs.pop(key, None)
         if job is not None:
             job.cancel()

@@ -75,6 +75,11 @@ class ArmResult:
     search_hits: Fraction = (0, 0)
     search_missed: list[str] = field(default_factory=list)
     user_words_fit: bool = False  # every user message fits the compressor's budget for them
+    # waits for a background compression before a turn or question (none with await off):
+    # how many found one pending or running, how many gave up at the timeout, seconds waited
+    waits: int = 0
+    wait_timeouts: int = 0
+    waited_s: float = 0.0
 
     @property
     def facts(self) -> Fraction:
@@ -245,6 +250,9 @@ def arm_result(
         search_hits=replay.search_hits,
         search_missed=replay.search_missed,
         user_words_fit=user_words_fit(session, options or {}),
+        waits=sum(1 for w in replay.waits if w.waited),
+        wait_timeouts=sum(1 for w in replay.waits if w.timed_out),
+        waited_s=sum(w.seconds for w in replay.waits),
     )
 
 

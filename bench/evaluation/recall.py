@@ -11,7 +11,7 @@ planted code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,11 +99,15 @@ def ask_probes(
     needles: Sequence[tuple[str, Needle]],
     base: dict[str, Any],
     headers: dict[str, str],
+    before_each: Callable[[], object] | None = None,
 ) -> list[ProbeOutcome]:
-    """Ask about every needle in turn; `sim_received()` is the simulator's request log."""
+    """Ask about every needle in turn; `sim_received()` is the simulator's request log;
+    `before_each` runs before every question (the replay's wait for background compression)."""
     asked: list[Message] = []
     outcomes: list[ProbeOutcome] = []
     for n, (key, needle) in enumerate(needles):
+        if before_each is not None:
+            before_each()
         question = {"role": "user", "content": fact_question(needle.label, needle.subject)}
         body = {**base, "messages": [*history, *asked, question]}
         stream = n % 2 == 1

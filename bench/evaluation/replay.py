@@ -29,6 +29,7 @@ from bench.evaluation.needles import needle_key
 from bench.evaluation.recall import ProbeOutcome, ask_probes
 from bench.evaluation.recoverable import fetch_archive
 from bench.evaluation.search_hits import identifiers, search_hits
+from bench.evaluation.waiting import AWAIT_TIMEOUT_S, CompressionWaiter, Wait
 from session.identity import scope_for
 from storage import SessionKey
 from tests.servers import ProxyServer, settings_for
@@ -64,6 +65,7 @@ class Turn:
     headers: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     overflow: bool = False  # the client itself received a context-overflow error
+    wait: Wait | None = None  # before the next turn, for the session's background compression
 
     @property
     def added_ms(self) -> float | None:
@@ -91,6 +93,12 @@ class Replay:
     search_hits: tuple[int, int] = (0, 0)
     search_missed: list[str] = field(default_factory=list)
     savings: dict[str, Any] | None = None  # GET /admin/savings after the last turn (shadow runs)
+    awaited: bool = False  # each turn waited for the background compression before it
+    probe_waits: list[Wait] = field(default_factory=list)  # before each planted-fact question
+
+    @property
+    def waits(self) -> list[Wait]:
+        return [t.wait for t in self.turns if t.wait is not None] + self.probe_waits
 
 
 class _Stopwatch:
@@ -255,8 +263,14 @@ def replay(
     responder: Responder | None = None,
     shadow: dict[str, Any] | None = None,
     recall_calls: int = 4,
+    await_compression: bool = True,
+    await_timeout_s: float = AWAIT_TIMEOUT_S,
 ) -> Replay:
-    """Send every request point of `session` through a fresh ctxgate; record what it did."""
+    """Send every request point of `session` through a fresh ctxgate; record what it did.
+
+    `await_compression`: before each next turn (after the `gap_s` pause), wait until the
+    session has no background compression pending or running (at most `await_timeout_s`),
+    as a real agent's seconds-long turns let it land; off, turns follow `gap_s` apart only."""
     started = time.monotonic()
     session_id = f"eval-{session.name}-{uuid.uuid4().hex[:8]}"
     with ExitStack() as stack:
@@ -297,11 +311,23 @@ def replay(
             f"{twin.base_url}/chat/completions" if twin else "",
             direct_watch,
         )
-        turns = _run_turns(driver, sim, gap_s, progress)
+        root = proxy.base_url.removesuffix("/v1")
+        waiter = (
+            CompressionWaiter(
+                stack.enter_context(httpx.Client(timeout=30)),
+                root,
+                ADMIN_KEY,
+                scope_for(CLIENT_KEY),
+                session_id,
+                await_timeout_s,
+            )
+            if await_compression
+            else None
+        )
+        turns = _run_turns(driver, sim, gap_s, progress, waiter)
         _settle(sim)
         events = [(trigger, outcome) for trigger, outcome, _ in stored_events(proxy, session_id)]
         requests = [r for r in sim.received if r.is_chat]
-        root = proxy.base_url.removesuffix("/v1")
         archive = fetch_archive(http, root, ADMIN_KEY, scope_for(CLIENT_KEY), session_id)
         codes = [n.code for n in session.needles if n.index < session.points()[-1]]
         hits, missed = search_hits(
@@ -309,7 +335,8 @@ def replay(
             SessionKey(scope_for(CLIENT_KEY), session_id),
             identifiers(archive, [c for c in codes if any(c in str(m) for m in archive.values())]),
         )
-        probes = _probe(driver, sim) if probe else []
+        probe_waits: list[Wait] = []
+        probes = _probe(driver, sim, waiter, probe_waits) if probe else []
         savings = _savings(http, root) if shadow else None
     return Replay(
         session.name,
@@ -324,6 +351,8 @@ def replay(
         hits,
         missed,
         savings,
+        await_compression,
+        probe_waits,
     )
 
 
@@ -334,7 +363,9 @@ def _savings(http: httpx.Client, root: str) -> dict[str, Any]:
     return data
 
 
-def _probe(driver: _Driver, sim: Simulator) -> list[ProbeOutcome]:
+def _probe(
+    driver: _Driver, sim: Simulator, waiter: CompressionWaiter | None, waits: list[Wait]
+) -> list[ProbeOutcome]:
     """Ask about every planted fact after the session's end (transcripts are cut after their
     last complete exchange, so every tool call there is answered)."""
     session = driver.session
@@ -345,11 +376,16 @@ def _probe(driver: _Driver, sim: Simulator) -> list[ProbeOutcome]:
     if session.tools:
         base["tools"] = session.tools
     headers = {"X-Session-Id": driver.session_id}
-    return ask_probes(driver.client, lambda: sim.received, history, needles, base, headers)
+    pause = (lambda: waits.append(waiter.wait())) if waiter is not None else None
+    return ask_probes(driver.client, lambda: sim.received, history, needles, base, headers, pause)
 
 
 def _run_turns(
-    driver: _Driver, sim: Simulator, gap_s: float, progress: Progress | None
+    driver: _Driver,
+    sim: Simulator,
+    gap_s: float,
+    progress: Progress | None,
+    waiter: CompressionWaiter | None = None,
 ) -> list[Turn]:
     points = driver.session.points()
     turns: list[Turn] = []
@@ -364,4 +400,6 @@ def _run_turns(
             progress(n + 1, len(points))
         if gap_s > 0:
             time.sleep(gap_s)  # an agent runs its tools between calls
+        if waiter is not None and n + 1 < len(points):
+            turn.wait = waiter.wait()
     return turns

@@ -177,6 +177,7 @@ def arms_table(results: EvalResults) -> list[str]:
         "compressions",
         "added ms p50/p95/max",
         "sync-compression turns",
+        "waits for bg compression (timed out)",
     ]
     rows = []
     for name in results.config.arms:
@@ -204,6 +205,7 @@ def arms_table(results: EvalResults) -> list[str]:
                 compressions_text(dict(counts)),
                 latency_text([v for a in arms for v in a.added_ms]),
                 sum(a.sync_turns for a in arms),
+                f"{sum(a.waits for a in arms)} ({sum(a.wait_timeouts for a in arms)})",
             ]
         )
     return _table(header, rows)
@@ -336,6 +338,7 @@ def markdown(results: EvalResults) -> str:
         "Tokens are the provider simulator's count (o200k_base, tools included). Retention = "
         "verbatim presence in the last request ctxgate forwarded. The summary text comes from the "
         "simulator's deterministic summarizer, not a real model.",
+        await_line(results),
         "",
         "### Tokens, fit and validity (arm main)",
         "",
@@ -412,6 +415,25 @@ def markdown(results: EvalResults) -> str:
         *probe_lines(results.probes),
     ]
     return "\n".join(lines) + "\n"
+
+
+def await_line(results: EvalResults) -> str:
+    """How turns were timed: whether each waited for the session's background compression."""
+    if not results.config.await_compression:
+        return (
+            f"Turns {results.config.gap_s * 1000:g} ms apart, not waiting for background "
+            "compression (--no-await-compression): where a compression lands depends on the "
+            "machine's speed."
+        )
+    arms = [a for s in results.sessions for a in s.arms.values()]
+    shadows = [r for s in results.sessions for r in s.shadow]
+    waits = sum(a.waits for a in arms) + sum(r.waits for r in shadows)
+    late = sum(a.wait_timeouts for a in arms) + sum(r.wait_timeouts for r in shadows)
+    return (
+        "Before each next turn the client waited until the session's background compression had "
+        f"landed (GET /admin/sessions/…/activity idle, at most 30 s): {waits} waits found one "
+        f"pending or running, {late} timed out."
+    )
 
 
 def _arm_json(arm: ArmResult, keep_series: bool) -> dict[str, Any]:

@@ -93,6 +93,9 @@ class EvalConfig:
     quick: bool = False
     shadow: bool = True  # shadow-agreement replays of each session (arm main's options)
     one_task: int = 2  # one-task coding sessions per window, beside the chained ones
+    # Each turn waits for the session's background compression to land (bounded), as a real
+    # agent's seconds-long turns let it: the figures do not depend on the machine's speed.
+    await_compression: bool = True
 
     def sessions_at(self, window: int) -> int:
         planned = self.plan.get(window)
@@ -190,6 +193,7 @@ def evaluate(config: EvalConfig) -> EvalResults:
                 gap_s=config.gap_s,
                 progress=bar.update,
                 recall_calls=spec.recall_calls,
+                await_compression=config.await_compression,
             )
             result.arms[arm] = arm_result(arm, session, run, spec.options(session.window))
             errors = result.arms[arm].client_errors
@@ -198,7 +202,11 @@ def evaluate(config: EvalConfig) -> EvalResults:
             )
         if config.shadow:
             bar.start(f"{session.name} shadow")
-            result.shadow = measure(session, ARMS[MAIN].options(session.window))
+            result.shadow = measure(
+                session,
+                ARMS[MAIN].options(session.window),
+                await_compression=config.await_compression,
+            )
             bar.finish_replay(", ".join(f"{r.variant} {r.checks} checks" for r in result.shadow))
         results.append(result)
     probes = None

@@ -41,6 +41,8 @@ class ShadowResult:
     agreements: int  # B took A's action
     noise_agreements: int  # A' took A's action
     tokens: int  # billed to shadow calls
+    waits: int = 0  # turns that waited for a background compression (replay.Wait)
+    wait_timeouts: int = 0
 
     @property
     def agreement(self) -> float | None:
@@ -124,11 +126,17 @@ def shadow_result(variant: str, noise: float, needs: tuple[Need, ...], run: Repl
         round(agreement * checks),
         round(noise_floor * checks),
         int(total.get("tokens") or 0),
+        sum(1 for w in run.waits if w.waited),
+        sum(1 for w in run.waits if w.timed_out),
     )
 
 
 def measure(
-    session: Session, options: dict[str, Any], summarizer: str = "fit", background: bool = True
+    session: Session,
+    options: dict[str, Any],
+    summarizer: str = "fit",
+    background: bool = True,
+    await_compression: bool = True,
 ) -> list[ShadowResult]:
     """Both variants' shadow replays of `session` (the arm's options and summarizer)."""
     cut, needs = shadow_session(session)
@@ -144,6 +152,7 @@ def measure(
             probe=False,
             responder=in_view_responder(model, summarizer),
             shadow=shadow_settings(),
+            await_compression=await_compression,
         )
         results.append(shadow_result(variant, noise, needs, run))
     return results

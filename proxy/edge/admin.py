@@ -5,13 +5,14 @@
     GET    /admin/sessions/{scope}/{key}            session, limits, events, checkpoints, usage
     GET    /admin/sessions/{scope}/{key}/archive    the originals compressions replaced
     GET    /admin/sessions/{scope}/{key}/audit      replaced positions against archived ones
+    GET    /admin/sessions/{scope}/{key}/activity   background compression: idle|pending|running
     POST   /admin/sessions/{scope}/{key}/compress   {"focus": "..."} optional
     PUT    /admin/sessions/{scope}/{key}/compression  {"enabled": false} switches it off
     DELETE /admin/sessions/{scope}/{key}            with its checkpoints, archive and events
 
 Session ids come from clients (`X-Session-Id`) and may contain "/", so `key` is a path
-parameter; the `/archive`, `/audit` and `/compress` routes are declared first and win for keys that
-end that way.
+parameter; the `/archive`, `/audit`, `/activity` and `/compress` routes are declared first and
+win for keys that end that way.
 """
 
 from __future__ import annotations
@@ -256,6 +257,19 @@ async def session_archive(scope: str, key: str, request: Request) -> Response:
             "key": key,
             "data": [dataclasses.asdict(a) for a in archived],
         }
+    )
+
+
+@api.get(
+    "/sessions/{scope}/{key:path}/activity",
+    summary="Whether a background compression of the session is pending or running",
+)
+async def session_activity(scope: str, key: str, request: Request) -> Response:
+    """This process's own view, read without the database (cheap enough to poll): a client
+    that waits for `idle` before its next request sees what a compression left behind."""
+    activity = _services(request).sessions.activity(SessionKey(scope, key))
+    return json_response(
+        {"object": "session_activity", "scope": scope, "key": key, "background": activity}
     )
 
 

@@ -195,6 +195,7 @@ class Gateway:
         out_headers.update(turn.response_headers())
         out_headers.pop("content-type", None)
         out_headers.pop("content-length", None)
+        self.conversations.sessions.answering(measured.root)
         return Response(
             content,
             status_code=response.status_code,
@@ -217,6 +218,8 @@ class Gateway:
             self.conversations.after_response(turn, usage)
         except Exception:  # the answer is already out; nothing left to report it to
             log.exception("session bookkeeping after a response failed")
+        finally:
+            self.conversations.sessions.answered(turn.root)
         self.metrics.finished(status)
 
     async def _open_stream(
@@ -276,6 +279,7 @@ class Gateway:
         out_headers.pop("content-type", None)
         out_headers.update(_SSE_HEADERS)
         out_headers.update(turn.response_headers())
+        self.conversations.sessions.answering(measured.turn.root)
         return EventStreamResponse(
             self._relay(measured, recall, relay, stack, relay.filtered(held)),
             response.status_code,
@@ -305,6 +309,7 @@ class Gateway:
                 self.earlier.settle()
                 if completed and relay.watch.failed is None:
                     self.conversations.after_response(measured.turn, measured.watch.usage)
+                self.conversations.sessions.answered(measured.turn.root)
                 self.metrics.finished(200 if relay.watch.failed is None else 502)
                 if relay.watch.failed is not None:
                     log.info("session %s: %s", measured.turn.key.key, relay.watch.failed)

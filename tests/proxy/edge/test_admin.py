@@ -96,6 +96,7 @@ def assert_envelope(response: httpx.Response, status: int, param: str | None = N
         ("GET", "", None),
         ("GET", "/archive", None),
         ("GET", "/audit", None),
+        ("GET", "/activity", None),
         ("POST", "/compress", b"{not json"),
         ("DELETE", "", None),
     ],
@@ -351,6 +352,7 @@ def test_admin_routes_are_in_the_openapi_schema(proxy: ProxyServer) -> None:
     assert set(paths["/admin/sessions/{scope}/{key}"]) == {"get", "delete"}
     assert set(paths["/admin/sessions/{scope}/{key}/archive"]) == {"get"}
     assert set(paths["/admin/sessions/{scope}/{key}/compress"]) == {"post"}
+    assert set(paths["/admin/sessions/{scope}/{key}/activity"]) == {"get"}
     order = next(p for p in paths["/admin/sessions"]["get"]["parameters"] if p["name"] == "order")
     assert order["schema"]["enum"] == ["last_activity", "tokens"]
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
