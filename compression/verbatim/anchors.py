@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from compression.verbatim.commands import parse_command, render_commands
-from compression.verbatim.labels import MAX_LABEL_CHARS, is_key, keyed, kind, label
+from compression.verbatim.labels import MAX_LABEL_CHARS, is_key, keyed, kind, label, settings
 
 TIERS = ("user", "agent", "tools")
 TIER_SHARES = (0.4, 0.3, 0.3)  # of the anchor budget, before leftovers flow down the tiers
@@ -41,6 +41,7 @@ MAX_ANCHOR_CHARS = 120
 SCAN_HEAD_CHARS = 4000  # of a long text: ids sit at the start of records and outputs,
 SCAN_TAIL_CHARS = 1500  # outcomes and final values at the end
 SCAN_CHARS_PER_TIER = 30_000  # newest first; bounds the work on huge regions (~2 ms a tier)
+SETTINGS_SCAN_CHARS = 2_000_000  # of a region, read whole for settings lines (~10 ms)
 MAX_GLOSS_CHARS = 100  # of the line that says what an anchor is
 GLOSS = " — "
 KEY = ": "  # after a label written before its names
@@ -192,6 +193,7 @@ class Collector:
         self._tier: dict[str, int] = {}
         self._tiers: tuple[dict[str, None], ...] = ({}, {}, {})
         self._scanned = [0, 0, 0]
+        self._settings_scanned = 0
         self.meaning: dict[str, str] = {}  # each anchor's line, from the text it was taken
         self.labels: dict[str, str] = {}  # each anchor's label (what it is, in a few words)
         self.commands: dict[str, None] = {}  # what the agent ran, newest first
@@ -202,6 +204,17 @@ class Collector:
             bounded = _bounded(text)
             self._scanned[tier] += len(bounded)
             self.add(tier, _find(bounded), bounded)
+
+    def wants_settings(self) -> bool:
+        return self._settings_scanned < SETTINGS_SCAN_CHARS
+
+    def settings(self, tier: int, text: str) -> None:
+        """The settings of `text` (`VAULT_CODE: value` lines), read whole even where the tier
+        scans no more: one is stated once, and what a later command passes."""
+        self._settings_scanned += len(text)
+        for value, line in settings(text):
+            if _is_anchor(value) and value not in self._tier:
+                self.add(tier, (value,), line)
 
     def add(
         self,

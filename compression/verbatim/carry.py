@@ -103,27 +103,31 @@ def anchor_candidates(
     for index in range(end - 1, start - 1, -1):
         message = messages[index]
         summary = handoff_text(message)
-        if summary is None and collector.done():
-            # Full: only an earlier handoff is still read, whose anchors an earlier pass chose
-            # (left out, what it carried would be gone for good, behind the newer turns' ids).
-            continue
-        role = message.get("role")
         if summary is not None:
+            # Read even when every tier is full: its anchors an earlier pass chose, and left
+            # out, what it carried would be gone for good behind the newer turns' ids.
             parsed = parse_handoff(summary)
             if parsed is not None:
                 _add_handoff(collector, parsed.handoff)
             collector.scan(USER_TIER, user_text(message))
+            continue
+        settings, done = collector.wants_settings(), collector.done()
+        if done and not settings:
+            continue
+        role = message.get("role")
+        if role == "user":
+            tier = TOOLS_TIER if index in observations else USER_TIER
         else:
-            if role == "user":
-                tier = TOOLS_TIER if index in observations else USER_TIER
-            else:
-                tier = TOOLS_TIER if role == "tool" else AGENT_TIER
-            # A full tier reads no more (its text is not even put together).
+            tier = TOOLS_TIER if role == "tool" else AGENT_TIER
+        # A full tier reads no more than its settings (its text put together only for them).
+        if collector.wants(tier) or settings:
+            text = _text(message) if tier == AGENT_TIER else content_text(message)
             if collector.wants(tier):
-                text = _text(message) if tier == AGENT_TIER else content_text(message)
                 collector.scan(tier, text)
-            if tier == AGENT_TIER:
-                collector.ran(reversed(commands_of(message)))
+            if settings:
+                collector.settings(tier, text)
+        if tier == AGENT_TIER and not done:
+            collector.ran(reversed(commands_of(message)))
     return collector
 
 

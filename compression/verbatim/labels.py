@@ -27,6 +27,10 @@ _STOP_WORDS = frozenset(
 _KEYED_GAP = re.compile(r"[\s\"'\[{(]*(?:[\w./-]+[\"']?\s*,\s*[\"']?)*")
 _KEY_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_.-][A-Za-z0-9]+)+")  # one identifier, parted
 _NOT_KEYS = frozenset(("http", "https", "ftp", "file"))
+# A setting's line: a config key (`VAULT_CODE`, `DATABASE_URL`) at its start, then its value.
+_SETTING = re.compile(
+    r"^[ \t\"']*([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)[\"']?[ \t]*[:=][ \t]*[\"']?([^\s\"',]{4,200})", re.M
+)
 _ERROR = re.compile(r"[A-Z][A-Za-z0-9]*(?:Error|Exception)")
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 
@@ -114,3 +118,10 @@ def kind(value: str) -> str:
     if "/" in value:
         return "path"
     return "id"
+
+
+def settings(text: str) -> list[tuple[str, str]]:
+    """Each setting of `text`, the whole of it (`VAULT_CODE: value`, `DATABASE_URL=value`
+    at a line's start), as (value, its line): a full scan of a long tool output reads only
+    its head and tail, and an older one not at all."""
+    return [(match.group(2), match.group(0).strip(" \t\"'")) for match in _SETTING.finditer(text)]

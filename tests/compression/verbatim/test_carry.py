@@ -171,3 +171,20 @@ def test_an_earlier_handoffs_anchors_are_read_when_newer_turns_fill_the_scan() -
     found = anchor_candidates(messages, 1, len(messages), per_tier=3)
     assert value in found.candidates()[2]
     assert found.labels[value] == "VAULT_CODE"
+
+
+def test_a_setting_is_found_where_the_anchor_scan_does_not_reach() -> None:
+    """A `KEY: value` setting in the middle of a long tool output (the scan reads its head and
+    tail), and one in an output older than the scan's share of characters: both found, each
+    with its key."""
+    middle = "\n".join(f"row {k}: nothing notable here" for k in range(400))
+    long_output = f"{middle}\nVAULT_CODE: NEEDLE-5e7a11c0d9\n{middle}"
+    messages: list[Message] = [system(), user("Find the flag.")]
+    messages += tool_round("c0", "HOME=/root\nAPI_TOKEN=tok_8f3a9c2e7d", command="env")
+    messages += tool_round("c1", long_output, command="cat notes.txt")
+    for n in range(12):  # newer outputs, more than a tier scans
+        messages += tool_round(f"d{n}", middle + f"\nDAT_{n:04x}0001", command=f"decompile f{n}")
+    found = anchor_candidates(messages, 1, len(messages), per_tier=400)
+    tools = found.candidates()[2]
+    assert "NEEDLE-5e7a11c0d9" in tools and found.labels["NEEDLE-5e7a11c0d9"] == "VAULT_CODE"
+    assert "tok_8f3a9c2e7d" in tools and found.labels["tok_8f3a9c2e7d"] == "API_TOKEN"
