@@ -120,16 +120,22 @@ def budgets_for(
     )
 
 
-def yielded(budgets: Budgets, overshoot: int, floor: int = 0) -> Budgets:
+def yielded(budgets: Budgets, overshoot: int, floor: int = 0, anchors: int = 0) -> Budgets:
     """The budgets with the user's words carried verbatim given up by `overshoot` tokens,
     down to `floor` (what holds the original request's first lines): when the most
     aggressive cut still does not fit, nothing else is left to shrink, and a handoff that does
     not fit fails the request it was made for. What no longer fits is clipped with its handle
     (`compression.verbatim.userwords`). The newest file reads keep their own budget: the next
-    edit needs them whole."""
+    edit needs them whole. Where the user's words give up all of `overshoot` (the view then
+    lands under the limit with room to spare), the anchors keep `anchors` of their own: they
+    take what the user's words leave, so the best-ranked (a setting, the user's rule) would
+    go with them."""
     if overshoot <= 0:
         return budgets
-    return replace(budgets, carry=max(min(budgets.carry, floor), budgets.carry - overshoot))
+    carry = max(min(budgets.carry, floor), budgets.carry - overshoot)
+    if budgets.carry - overshoot < floor:
+        return replace(budgets, carry=carry)
+    return replace(budgets, carry=carry, anchors=max(budgets.anchors, anchors))
 
 
 def plan_cut(

@@ -79,6 +79,12 @@ def carry_need(
     return count(USER_MESSAGES_HEADER) + sum(size + overhead for size in sizes)
 
 
+# The anchors' own budget where the user's words yield: the best-ranked few with their lines
+# (its header included), at most a 1/YIELD_ANCHOR_DIVISOR share of the pass's limit.
+YIELD_ANCHOR_TOKENS = 120
+YIELD_ANCHOR_DIVISOR = 50
+
+
 def yield_floor(count: Callable[[str], int]) -> int:
     """The carry budget the user's words never yield below: the section with a clip of the
     original request's first lines. A handoff that drops it loses the task statement for every

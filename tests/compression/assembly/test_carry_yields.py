@@ -9,6 +9,7 @@ import pytest
 
 from compression.assembly.invariants import check_invariants
 from compression.compressor import Compressor
+from compression.engine import CompressionResult
 from compression.messages.types import Message
 from tests.compression.builders import context, reply, system, text_of, tool_round, user
 from tests.compression.counters import CharCounter
@@ -100,23 +101,26 @@ def _log(lines: int, tag: str) -> str:
     return "\n".join(f"[{tag}] Linking CXX shared library lib/part_{n}.so" for n in range(lines))
 
 
-async def test_the_task_statement_keeps_its_first_lines_when_the_words_yield() -> None:
-    """A view whose newest user message holds the earlier handoff: a forced pass at a small
-    window, with a long newest log, leaves no room for the user's words. They yield, but not
-    the original request's first lines: each compression reads the user's words back from the
-    handoff it replaces, so one handoff without them loses the task statement for every later
-    view (the archive still holds it, but no request shows it again)."""
+SETTING = "SIGNING_KEY: key_7f3a9c2e41"
+
+
+async def _forced_after_a_handoff(
+    newest_log_lines: int,
+) -> tuple[CompressionResult, CompressionResult]:
+    """A compression at 4K, then a forced pass at 2K over the view it left (whose newest user
+    message holds its handoff) with a newest log of `newest_log_lines` lines."""
     messages = wordy_history(steps=14, words_chars=600, request=TASK)
     messages.append(user("Now link the release build. " + "the flags " * 80))
     for step in range(8):
-        messages += tool_round(f"a{step}", _log(20, f"a{step}"), command=f"make part{step}")
+        log = _log(20, f"a{step}") + (f"\n{SETTING}" if step == 0 else "")
+        messages += tool_round(f"a{step}", log, command=f"make part{step}")
     ctx = context(summarize=SUMMARIZER, context_length=4_096, max_output_tokens=24, now=1.0)
     first = await ENGINE.compress(messages, ctx)
     assert first.outcome == "compressed", first.error
     view = [*first.messages]
     for step in range(4):
         view += tool_round(f"b{step}", _log(10, f"b{step}"), command=f"make more{step}")
-    view += tool_round("c-final", _log(40, "99%"), command="make all")
+    view += tool_round("c-final", _log(newest_log_lines, "99%"), command="make all")
     forced = context(
         summarize=SUMMARIZER,
         context_length=2_048,
@@ -131,4 +135,25 @@ async def test_the_task_statement_keeps_its_first_lines_when_the_words_yield() -
     check_invariants(out.messages)
     assert out.tokens_after < ENGINE.limits(2_048, 24).threshold
     assert out.clipped, "no carried message was clipped"
-    assert TASK[:120] in "\n".join(text_of(m) for m in out.messages)
+    return first, out
+
+
+def _shown(result: CompressionResult) -> str:
+    return "\n".join(text_of(m) for m in result.messages)
+
+
+async def test_the_task_statement_keeps_its_first_lines_when_the_words_yield() -> None:
+    """The newest log leaves no room for the user's words: they yield, but not the original
+    request's first lines. Each compression reads the user's words back from the handoff it
+    replaces, so one handoff without them loses the task statement for every later view (the
+    archive still holds it, but no request shows it again)."""
+    _, out = await _forced_after_a_handoff(newest_log_lines=40)
+    assert TASK[:120] in _shown(out)
+
+
+async def test_a_setting_keeps_its_anchor_line_when_the_words_yield() -> None:
+    """The anchors take what the user's words leave: where those yield, the anchors keep a
+    floor of their own, so the best-ranked (a setting a tool stated) stays in view."""
+    first, out = await _forced_after_a_handoff(newest_log_lines=15)
+    assert SETTING in _shown(first)
+    assert SETTING in _shown(out)
