@@ -67,7 +67,13 @@ from compression.summary.handoff import (
 )
 from compression.summary.middle import MiddleSummary, summarize_middle
 from compression.thresholds import Limits, limits_for
-from compression.verbatim.carry import carry_need, carry_section
+from compression.verbatim.carry import (
+    YIELD_ANCHOR_DIVISOR,
+    YIELD_ANCHOR_TOKENS,
+    carry_need,
+    carry_section,
+    yield_floor,
+)
 from compression.verbatim.fileops import FileOp, file_ops
 from compression.verbatim.observations import observation_indices
 from compression.verbatim.pins import PinPlan, find_pins, plan_pins
@@ -444,9 +450,16 @@ def _finish(
         if projected < limit or not users.texts or plan.level < MAX_LEVEL:
             break
         # The most the cut could shrink is done and the view is still over: the user's words
-        # carried verbatim yield (clipped, with their handle) so that it fits.
+        # carried verbatim yield (clipped, with their handle) so that it fits, down to the
+        # original request's first lines.
         over = math.ceil((projected - int(limit * TARGET_SHARE)) / run.calibration)
-        carrying = replace(carrying, budgets=yielded(carrying.budgets, over))
+        # What the anchors keep of their own scales with the window: at a few thousand
+        # tokens, every token of the handoff decides whether the pass fits.
+        anchor_floor = min(YIELD_ANCHOR_TOKENS, limit // YIELD_ANCHOR_DIVISOR)
+        given = yielded(carrying.budgets, over, yield_floor(count), anchor_floor)
+        if given == carrying.budgets:
+            break
+        carrying = replace(carrying, budgets=given)
     check_invariants(result)
     if after >= figures.total or (not run.ctx.force and projected >= limit):
         why = (

@@ -128,15 +128,24 @@ def budgets_for(
     )
 
 
-def yielded(budgets: Budgets, overshoot: int) -> Budgets:
-    """The budgets with the user's words carried verbatim given up by `overshoot` tokens:
-    when the most aggressive cut still does not fit, nothing else is left to shrink, and a
-    handoff that does not fit fails the request it was made for. What no longer fits is
-    clipped with its handle (`compression.verbatim.userwords`). The newest file reads keep
-    their own budget: the next edit needs them whole."""
+def yielded(budgets: Budgets, overshoot: int, floor: int = 0, anchors: int = 0) -> Budgets:
+    """The budgets with the user's words carried verbatim given up by `overshoot` tokens,
+    down to `floor` (what holds the original request's first lines): when the most
+    aggressive cut still does not fit, nothing else is left to shrink, and a handoff that does
+    not fit fails the request it was made for. What no longer fits is clipped with its handle
+    (`compression.verbatim.userwords`). The newest file reads keep their own budget: the next
+    edit needs them whole. Where the user's words give up all of `overshoot` (the view then
+    lands under the limit with room to spare), the anchors keep `anchors` of their own: they
+    take what the user's words leave, so the best-ranked (a setting, the user's rule) would
+    go with them. Where the words at their floor still leave the view over, the anchors give
+    up the rest: a view the provider refuses again carries nothing at all."""
     if overshoot <= 0:
         return budgets
-    return replace(budgets, carry=max(0, budgets.carry - overshoot))
+    carry = max(min(budgets.carry, floor), budgets.carry - overshoot)
+    left = overshoot - (budgets.carry - carry)
+    if left > 0:  # the words are at their floor and the view is still over: the anchors give
+        return replace(budgets, carry=carry, anchors=max(0, budgets.anchors - left))
+    return replace(budgets, carry=carry, anchors=max(budgets.anchors, anchors))
 
 
 def plan_cut(

@@ -32,7 +32,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from compression.verbatim.commands import parse_command, render_commands
-from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label, says_more
+from compression.verbatim.labels import (
+    MAX_LABEL_CHARS,
+    is_key,
+    keyed,
+    kind,
+    label,
+    says_more,
+    settings,
+)
 
 TIERS = ("user", "agent", "tools")
 TIER_SHARES = (0.4, 0.3, 0.3)  # of the anchor budget, before leftovers flow down the tiers
@@ -41,6 +49,7 @@ MAX_ANCHOR_CHARS = 120
 SCAN_HEAD_CHARS = 4000  # of a long text: ids sit at the start of records and outputs,
 SCAN_TAIL_CHARS = 1500  # outcomes and final values at the end
 SCAN_CHARS_PER_TIER = 30_000  # newest first; bounds the work on huge regions (~2 ms a tier)
+SETTINGS_SCAN_CHARS = 2_000_000  # of a region, read whole for settings lines (~10 ms)
 MAX_GLOSS_CHARS = 100  # of the line that says what an anchor is
 GLOSS = " — "
 KEY = ": "  # after a label written before its names
@@ -193,6 +202,7 @@ class Collector:
         self._tier: dict[str, int] = {}
         self._tiers: tuple[dict[str, None], ...] = ({}, {}, {})
         self._scanned = [0, 0, 0]
+        self._settings_scanned = 0
         self.meaning: dict[str, str] = {}  # each anchor's line, from the text it was taken
         self.labels: dict[str, str] = {}  # each anchor's label (what it is, in a few words)
         self.commands: dict[str, None] = {}  # what the agent ran, newest first
@@ -203,6 +213,17 @@ class Collector:
             bounded = _bounded(text)
             self._scanned[tier] += len(bounded)
             self.add(tier, _find(bounded), bounded)
+
+    def wants_settings(self) -> bool:
+        return self._settings_scanned < SETTINGS_SCAN_CHARS
+
+    def settings(self, tier: int, text: str) -> None:
+        """The settings of `text` (`VAULT_CODE: value` lines), read whole even where the tier
+        scans no more: one is stated once, and what a later command passes."""
+        self._settings_scanned += len(text)
+        for value, line in settings(text):
+            if _is_anchor(value) and value not in self._tier:
+                self.add(tier, (value,), line)
 
     def add(
         self,
@@ -216,6 +237,7 @@ class Collector:
         for value in values:
             known = self._tier.get(value)
             if known is not None and known <= tier:
+                self._keyed(value, text, meaning or {})
                 continue
             if known is not None:
                 del self._tiers[known][value]
@@ -225,14 +247,30 @@ class Collector:
             said = label(text or line, value)
             if not text and line and value not in line:
                 said, line = line[:MAX_LABEL_CHARS], ""  # a handoff's label
-            if keyed(line or text, value):
-                line = ""  # `key: value` says what it is: its label
+            key = keyed(text or line, value)  # on any of its lines, not only its first
+            if key:
+                said, line = key, ""  # `key: value` says what it is, and as its text says it
             if line:
                 self.meaning[value] = line
             elif known is None:
                 self.meaning.pop(value, None)
             if text or line or known is None:
                 self.labels[value] = said
+
+    def _keyed(self, value: str, text: str, meaning: Mapping[str, str]) -> None:
+        """An anchor met again in older text, or an earlier handoff, where it is the value of
+        a key (a command used the code a tool gave as `VAULT_CODE: code`): the key says what
+        it is."""
+        if is_key(self.labels.get(value, "")):
+            return
+        if text:
+            key = keyed(text, value)
+        else:  # a handoff's label, written before the value
+            said = meaning.get(value, "")
+            key = said if value not in said and is_key(said) else ""
+        if key:
+            self.labels[value] = key
+            self.meaning.pop(value, None)
 
     def ran(self, commands: Iterable[str]) -> None:
         """Commands of an older message (or an earlier handoff's, newest first)."""

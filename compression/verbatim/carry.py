@@ -9,12 +9,14 @@ when it binds, and how the rest are clipped, is `compression.verbatim.userwords`
 Anchors: exact ids, paths and error names of everything summarized that is not otherwise
 kept verbatim, each with the line that says what it is, the working set's first (see
 `compression.verbatim.anchors`), within their own budget plus what the user messages left
-unused.
+unused. A value of a key is in view only with its key (`VAULT_CODE: value`; a command that
+passes it bare does not say what it is), and ranks with its key where a turn names that; a
+value of a config key ranks with the newest turn's names at least.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from compression.assembly.planning import CutPlan
@@ -27,11 +29,11 @@ from compression.summary.handoff import Handoff, handoff_text, parse_handoff, us
 from compression.summary.prompts import ANCHORS_HEADER, USER_CLOSE, USER_MESSAGES_HEADER, USER_OPEN
 from compression.verbatim.anchors import GLOSS_SHARE, AnchorIndex, Collector, select_anchors
 from compression.verbatim.commands import COMMAND_SHARE, commands_of, select_commands
-from compression.verbatim.labels import system_path
+from compression.verbatim.labels import is_key, keyed_as, system_path
 from compression.verbatim.observations import observation_indices
 from compression.verbatim.usermessages import UserMessages, user_messages
-from compression.verbatim.userwords import Carried, Selection, select_carried
-from compression.verbatim.workingset import WorkingSet
+from compression.verbatim.userwords import ORIGIN_CLIP_TOKENS, Carried, Selection, select_carried
+from compression.verbatim.workingset import NEWEST, WorkingSet, entity_kind
 
 USER_TIER, AGENT_TIER, TOOLS_TIER = 0, 1, 2
 SYSTEM_RANK = 99  # after every tier of the working set, and names it does not know
@@ -78,6 +80,21 @@ def carry_need(
     return count(USER_MESSAGES_HEADER) + sum(size + overhead for size in sizes)
 
 
+# The anchors' own budget where the user's words yield: the best-ranked few with their lines
+# (its header included), at most a 1/YIELD_ANCHOR_DIVISOR share of the pass's limit.
+YIELD_ANCHOR_TOKENS = 120
+YIELD_ANCHOR_DIVISOR = 50
+
+
+def yield_floor(count: Callable[[str], int]) -> int:
+    """The carry budget the user's words never yield below: the section with a clip of the
+    original request's first lines. A handoff that drops it loses the task statement for every
+    later compression (each reads the user's words back from the handoff it replaces), while
+    the tokens it saves rarely decide whether a forced pass fits."""
+    overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
+    return count(USER_MESSAGES_HEADER) + ORIGIN_CLIP_TOKENS + overhead
+
+
 def anchor_candidates(
     messages: Sequence[Message],
     start: int,
@@ -91,27 +108,33 @@ def anchor_candidates(
         observations = observation_indices(messages, start, end)
     collector = Collector(per_tier)
     for index in range(end - 1, start - 1, -1):
-        if collector.done():
-            break
         message = messages[index]
-        role = message.get("role")
         summary = handoff_text(message)
         if summary is not None:
+            # Read even when every tier is full: its anchors an earlier pass chose, and left
+            # out, what it carried would be gone for good behind the newer turns' ids.
             parsed = parse_handoff(summary)
             if parsed is not None:
                 _add_handoff(collector, parsed.handoff)
             collector.scan(USER_TIER, user_text(message))
+            continue
+        settings, done = collector.wants_settings(), collector.done()
+        if done and not settings:
+            continue
+        role = message.get("role")
+        if role == "user":
+            tier = TOOLS_TIER if index in observations else USER_TIER
         else:
-            if role == "user":
-                tier = TOOLS_TIER if index in observations else USER_TIER
-            else:
-                tier = TOOLS_TIER if role == "tool" else AGENT_TIER
-            # A full tier reads no more (its text is not even put together).
+            tier = TOOLS_TIER if role == "tool" else AGENT_TIER
+        # A full tier reads no more than its settings (its text put together only for them).
+        if collector.wants(tier) or settings:
+            text = _text(message) if tier == AGENT_TIER else content_text(message)
             if collector.wants(tier):
-                text = _text(message) if tier == AGENT_TIER else content_text(message)
                 collector.scan(tier, text)
-            if tier == AGENT_TIER:
-                collector.ran(reversed(commands_of(message)))
+            if settings:
+                collector.settings(tier, text)
+        if tier == AGENT_TIER and not done:
+            collector.ran(reversed(commands_of(message)))
     return collector
 
 
@@ -149,7 +172,10 @@ def carry_section(
     """
     start, end = plan.head_end, plan.tail_start
     budgets = plan.budgets
-    kept_text = "\n".join(_text(item) for item in kept)
+    # The restated message is kept without the earlier handoff merged into it (this one
+    # replaces it): what that handoff carried is not in view for being there.
+    restate = messages[plan.restate] if plan.restate is not None else None
+    kept_text = "\n".join(user_text(i) if i is restate else _text(i) for i in kept)
     if words is None:
         words = user_messages(messages, figures)
     candidates = words.candidates(start, end, plan.restate, pinned)
@@ -166,11 +192,7 @@ def carry_section(
     present = "\n".join([*users.texts, kept_text, *prose])
     # An anchor costs at least ~3 tokens with its separator: room // 3 per tier always fills.
     found = anchor_candidates(messages, start, end, room // 3, words.observations)
-    tier = (working or WorkingSet()).tier
-
-    def rank(value: str) -> int:  # the system's own paths after everything the task named
-        return SYSTEM_RANK if system_path(value) else tier(value)
-
+    rank = _ranking(working or WorkingSet(), found.labels)
     commands, used = select_commands(
         found.commands, int(room * COMMAND_SHARE), count, present.__contains__
     )
@@ -180,13 +202,46 @@ def carry_section(
         found.candidates(),
         room - used,
         count,
-        present.__contains__,
+        _shown(present, found.labels),
         found.meaning,
         rank,
         found.labels,
         int(room * GLOSS_SHARE),  # the commands take from the names, not from their lines
     )
     return users, replace(chosen, commands=commands)
+
+
+def _shown(present: str, labels: Mapping[str, str]) -> Callable[[str], bool]:
+    """Whether the view holds an anchor: a value of a key with its key (`VAULT_CODE: value`,
+    `"flight_number": "HAT009"`), any other anywhere."""
+
+    def shown(value: str) -> bool:
+        if value not in present:
+            return False
+        key = labels.get(value, "")
+        return not is_key(key) or keyed_as(present, value, key)
+
+    return shown
+
+
+def _ranking(working: WorkingSet, labels: Mapping[str, str]) -> Callable[[str], int]:
+    """An anchor's working-set tier, or its key's where the key ranks better: a turn that
+    names `VAULT_CODE` depends on the value a tool gave as `VAULT_CODE: value`. A value of a
+    config key ranks with the newest turn's names at least: a setting a tool stated once is
+    what a later command passes, while the other ids of tool output (a listing's records, a
+    decompiler's locals) come again with the next call that needs them; without this the
+    setting, re-read from each handoff behind the newer turns' ids, yields to them for good."""
+
+    def rank(value: str) -> int:
+        if system_path(value):  # the system's own paths after everything the task named
+            return SYSTEM_RANK
+        tier = working.tier(value)
+        key = labels.get(value, "")
+        if not is_key(key) or entity_kind(key) != "config":
+            return tier
+        return min(tier, working.tier(key), NEWEST)
+
+    return rank
 
 
 def _text(item: Message | str) -> str:

@@ -16,6 +16,7 @@ MAX_LABEL_CHARS = 32
 LABEL_SCAN_CHARS = 80  # of the line before an anchor, where its key or describing words are
 LINE_WORDS = 2  # besides the anchor, fewest words a line needs to say more than a label
 LABEL_OCCURRENCES = 4  # of an anchor in one text, searched for a `key: value` line
+PRESENT_OCCURRENCES = 16  # of an anchor in the view, searched for it with its key
 
 _KEY = re.compile(r"([A-Za-z_][\w.-]{1,40})[\"']?\s*[:=]")  # "key": value, key=value, Key: value
 _WORD = re.compile(r"(?<![\w-])[A-Za-z][A-Za-z_-]+(?![\w-])")  # whole words, not an id's letters
@@ -27,7 +28,12 @@ _STOP_WORDS = frozenset(
 )
 # From a key's `:` to its value: quotes and brackets, and a list's earlier items.
 _KEYED_GAP = re.compile(r"[\s\"'\[{(]*(?:[\w./-]+[\"']?\s*,\s*[\"']?)*")
+_KEY_LABEL = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[_.-][A-Za-z0-9]+)+")  # one identifier, parted
 _NOT_KEYS = frozenset(("http", "https", "ftp", "file"))
+# A setting's line: a config key (`VAULT_CODE`, `DATABASE_URL`) at its start, then its value.
+_SETTING = re.compile(
+    r"^[ \t\"']*([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)[\"']?[ \t]*[:=][ \t]*[\"']?([^\s\"',]{4,200})", re.M
+)
 _ERROR = re.compile(r"[A-Z][A-Za-z0-9]*(?:Error|Exception)")
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 _SYSTEM_ROOTS = tuple(
@@ -78,6 +84,30 @@ def keyed(text: str, value: str) -> str:
     return ""
 
 
+def is_key(said: str) -> bool:
+    """Whether a label is a key (`flight_number`, `VAULT_CODE`), not words or a kind."""
+    return _KEY_LABEL.fullmatch(said) is not None
+
+
+def keyed_as(text: str, value: str, key: str) -> bool:
+    """Whether `text` holds `value` as the value of `key` (`key: value`, `"key": "value"`,
+    `key=value`) on one of its first `PRESENT_OCCURRENCES`: a value in view without its key
+    (a command's argument, a sentence) does not say what it is."""
+    if f"{key}: {value}" in text:
+        return True
+    at = text.find(value)
+    for _ in range(PRESENT_OCCURRENCES):
+        if at < 0:
+            return False
+        before = text[max(0, text.rfind("\n", 0, at) + 1, at - LABEL_SCAN_CHARS) : at]
+        keys = _keys(before, value)
+        if keys and keys[-1][0][:MAX_LABEL_CHARS] == key:
+            if _KEYED_GAP.fullmatch(before[keys[-1][1] :]):
+                return True
+        at = text.find(value, at + len(value))
+    return False
+
+
 def _keys(before: str, value: str) -> list[tuple[str, int]]:
     """The keys in `before`, each with where its `:` or `=` ends."""
     return [
@@ -115,3 +145,10 @@ def kind(value: str) -> str:
     if "/" in value:
         return "path"
     return "id"
+
+
+def settings(text: str) -> list[tuple[str, str]]:
+    """Each setting of `text`, the whole of it (`VAULT_CODE: value`, `DATABASE_URL=value`
+    at a line's start), as (value, its line): a full scan of a long tool output reads only
+    its head and tail, and an older one not at all."""
+    return [(match.group(2), match.group(0).strip(" \t\"'")) for match in _SETTING.finditer(text)]

@@ -5,7 +5,8 @@ default is generous). When it binds, they are chosen in this order, newest first
 group, then emitted oldest first:
 
     1. the original request (what was sent before the first reply), whole if it takes at most
-       half the budget;
+       half the budget, else clipped to that half or, where the budget is small, to its first
+       lines (`ORIGIN_CLIP_TOKENS`, as far as the budget holds them);
     2. messages that state or change an instruction (`compression.verbatim.instructions`);
     3. the rest;
     4. messages a later one explicitly takes back ("ignore my previous message", "forget the
@@ -28,6 +29,9 @@ from compression.verbatim.instructions import states_instruction, supersedes
 
 ORIGIN_SHARE = 0.5  # of the budget, most the original request may take whole
 MIN_CLIP_TOKENS = 48  # a clip shorter than this says too little
+# The least of the original request a handoff holds while the budget allows: its first lines,
+# which say what the task is (a shorter clip keeps little more than a greeting).
+ORIGIN_CLIP_TOKENS = 2 * MIN_CLIP_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +125,7 @@ def select_carried(
     left = max(0, max_tokens)
     for position in opening:
         # It may always take enough for a short clip: the original request is the last to go.
-        share = min(left, max(int(max_tokens * ORIGIN_SHARE), MIN_CLIP_TOKENS + overhead))
+        share = min(left, max(int(max_tokens * ORIGIN_SHARE), ORIGIN_CLIP_TOKENS + overhead))
         left -= pick.whole(position, share) or pick.clipped(position, share)
     floor = MIN_CLIP_TOKENS + overhead
     reserved = 0  # a short clip's worth for each message before this one that did not fit

@@ -12,6 +12,10 @@ record ids, error names, config keys, URLs), in tiers:
                   arguments of the model's last call)
     4 seen        anything else the turns name, newest first
 
+Config keys (`VAULT_CODE`) are read off the user's and the agent's words only: a turn that
+names one depends on the value a tool gave as `VAULT_CODE: value`, whose anchor ranks with
+its key (`compression.verbatim.carry`).
+
 A file that is in tiers 0 to 2 is `core`: its newest read is never dropped for an incidental
 one. Reads and edits are found through `compression.verbatim.fileops`' tool table, so every
 agent it knows is covered. A path the user writes relative (`src/a.py`) and one a tool
@@ -45,6 +49,7 @@ SEEN_LIMIT = 200  # entities kept of tier `seen` (the newest): the rest are nois
 EntityKind = Literal["file", "url", "error", "config", "id"]
 _ERROR = re.compile(r"[A-Z][A-Za-z0-9]*(?:Error|Exception)")
 _FILE = re.compile(r"(?:[\w.-]*/)*[\w-][\w-]*\.[A-Za-z][A-Za-z0-9]{0,7}")
+_KEY_NAME = re.compile(r"(?<![\w.-])[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?![\w-])")  # VAULT_CODE
 _CONFIG = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 
 
@@ -182,20 +187,24 @@ def _scan(tally: _Tally, message: Message, at: int, observation: bool, newest: b
                         tally.add(name, REASONS.index(reason), at)
             for text in handoff.user_messages:
                 _names(tally, text, REQUESTED, at)
+                _keys(tally, text, REQUESTED, at)
             for path, _ in handoff.files:
                 tally.reads[path] = tally.reads.get(path, 0) + 1
                 tally.tools.add(path)
                 tally.add(path, SEEN, at)
         _names(tally, user_text(message), REQUESTED, at)
+        _keys(tally, user_text(message), REQUESTED, at)
         return
     text = content_text(message)
     tier = NEWEST if newest else SEEN
     if role == "user" and not observation:
         # The user's own words: what they name is asked for, and seen (found once).
         _names(tally, text, REQUESTED, at, tier)
+        _keys(tally, text, REQUESTED, at)
         return
     if role == "assistant":
         text = "\n".join([text, *(call_parts(call)[1] or "" for call in tool_calls_of(message))])
+        _keys(tally, text, tier, at)
     _names(tally, text, tier, at)
 
 
@@ -206,6 +215,14 @@ def _names(tally: _Tally, text: str, tier: int, at: int, also: int | None = None
             tally.add(name, tier, at)
             if also is not None:
                 tally.add(name, also, at)
+
+
+def _keys(tally: _Tally, text: str, tier: int, at: int) -> None:
+    """Config keys the user or the agent names (`VAULT_CODE`, `DATABASE_URL`): a fact a tool
+    gave as `KEY: value` is what a turn that names its key depends on. Not read off tool
+    output, where such names are many and incidental."""
+    for match in _KEY_NAME.finditer(text):
+        tally.add(match.group(0), tier, at)
 
 
 def _merge_files(tally: _Tally) -> None:

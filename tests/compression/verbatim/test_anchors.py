@@ -19,7 +19,7 @@ from compression.verbatim.anchors import (
     render_anchors,
     select_anchors,
 )
-from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, kind, label, says_more
+from compression.verbatim.labels import MAX_LABEL_CHARS, keyed, keyed_as, kind, label, says_more
 from tests.compression.counters import CharCounter
 
 COUNT = CharCounter().count_text
@@ -329,6 +329,30 @@ def test_a_key_on_a_later_line_names_what_the_value_is() -> None:
         collector.candidates(), 40, COUNT, lambda _: False, {}, None, collector.labels
     )
     assert render_anchors(index, ANCHORS_HEADER).endswith("- user: GATE_CODE: NEEDLE-ae47")
+
+
+def test_a_key_on_a_later_line_wins_over_the_sentence_and_a_bare_use_of_the_value() -> None:
+    """The sentence before the `KEY: value` line, and a newer command that passes the value
+    bare, neither take the key's place: the handoff writes `GATE_CODE: value`."""
+    text = "The access code for the south gate is NEEDLE-ae47.\nGATE_CODE: NEEDLE-ae47"
+    collector = Collector(10)
+    collector.scan(1, '{"command": "open --code NEEDLE-ae47"}')
+    collector.scan(2, text)
+    assert collector.labels["NEEDLE-ae47"] == "GATE_CODE"
+    assert "NEEDLE-ae47" not in collector.meaning
+    index = select_anchors(
+        collector.candidates(),
+        40,
+        COUNT,
+        lambda _: False,
+        collector.meaning,
+        None,
+        collector.labels,
+    )
+    assert render_anchors(index, ANCHORS_HEADER).endswith("- agent: GATE_CODE: NEEDLE-ae47")
+    assert keyed_as("see GATE_CODE: NEEDLE-ae47", "NEEDLE-ae47", "GATE_CODE")
+    assert keyed_as('{"gate_code": "NEEDLE-ae47"}', "NEEDLE-ae47", "gate_code")
+    assert not keyed_as("open --code NEEDLE-ae47", "NEEDLE-ae47", "GATE_CODE")
 
 
 def test_a_long_line_is_cut_from_the_start_of_the_sentence_that_names_the_anchor() -> None:

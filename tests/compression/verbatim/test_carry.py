@@ -8,7 +8,7 @@ from compression.summary.handoff import Handoff, render_handoff
 from compression.summary.handoff import user_text as read_user_text
 from compression.summary.prompts import RECALLED_CLOSE, RECALLED_OPEN
 from compression.verbatim.anchors import AnchorIndex
-from compression.verbatim.carry import carry_candidates, carry_section
+from compression.verbatim.carry import anchor_candidates, carry_candidates, carry_section
 from compression.verbatim.labels import system_path
 from tests.compression.builders import reply, system, tool_round, user
 from tests.compression.counters import CharCounter
@@ -190,3 +190,40 @@ def test_the_systems_own_paths_come_after_what_the_task_names() -> None:
     assert anchors.tools[0] == "/srv/app/src/billing_fix.py"
     assert len(anchors.tools) < 8  # the room is short
     assert system_path("/var/spool/lpd") and not system_path("/etc/app.yaml")
+
+
+def test_an_earlier_handoffs_anchors_are_read_when_newer_turns_fill_the_scan() -> None:
+    """The newer turns bring more ids (and commands) than every tier scans: the earlier
+    handoff at the region's start is still read, so what it carried competes with them
+    instead of being gone."""
+    value = "NEEDLE-0c4f0df637"
+    earlier = Handoff(
+        "## Goal\nfind the flag",
+        anchors=AnchorIndex(tools=(value,), meaning=((value, "VAULT_CODE"),)),
+    )
+    messages: list[Message] = [system(), user(render_handoff(earlier)), reply("On it.")]
+    for n in range(12):
+        messages.append(user(f"Now look at FUN_{n:04x} and DAT_{n:04x}0001."))
+        ids = " ".join(f"DAT_{n:04x}{k:04x}" for k in range(10))
+        messages += tool_round(f"c{n}", ids, command=f"decompile FUN_{n:04x}")
+        messages.append(reply(f"FUN_{n:04x} calls FUN_{n + 1:04x}."))
+    found = anchor_candidates(messages, 1, len(messages), per_tier=3)
+    assert value in found.candidates()[2]
+    assert found.labels[value] == "VAULT_CODE"
+
+
+def test_a_setting_is_found_where_the_anchor_scan_does_not_reach() -> None:
+    """A `KEY: value` setting in the middle of a long tool output (the scan reads its head and
+    tail), and one in an output older than the scan's share of characters: both found, each
+    with its key."""
+    middle = "\n".join(f"row {k}: nothing notable here" for k in range(400))
+    long_output = f"{middle}\nVAULT_CODE: NEEDLE-5e7a11c0d9\n{middle}"
+    messages: list[Message] = [system(), user("Find the flag.")]
+    messages += tool_round("c0", "HOME=/root\nAPI_TOKEN=tok_8f3a9c2e7d", command="env")
+    messages += tool_round("c1", long_output, command="cat notes.txt")
+    for n in range(12):  # newer outputs, more than a tier scans
+        messages += tool_round(f"d{n}", middle + f"\nDAT_{n:04x}0001", command=f"decompile f{n}")
+    found = anchor_candidates(messages, 1, len(messages), per_tier=400)
+    tools = found.candidates()[2]
+    assert "NEEDLE-5e7a11c0d9" in tools and found.labels["NEEDLE-5e7a11c0d9"] == "VAULT_CODE"
+    assert "tok_8f3a9c2e7d" in tools and found.labels["tok_8f3a9c2e7d"] == "API_TOKEN"

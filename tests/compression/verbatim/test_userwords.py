@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from compression.verbatim.userwords import (
     MIN_CLIP_TOKENS,
+    ORIGIN_CLIP_TOKENS,
     Carried,
     Selection,
     mark_superseded,
@@ -87,10 +88,14 @@ def test_a_long_original_request_is_clipped_to_half_the_budget() -> None:
     assert chosen.texts[1:] == ("b",)
 
 
-def test_the_original_request_takes_at_least_a_short_clip() -> None:
+def test_the_original_request_takes_at_least_its_first_lines() -> None:
+    """Where half the budget is less than `ORIGIN_CLIP_TOKENS`, the original request takes
+    that much (its first lines say what the task is), or what the budget holds of it."""
     ask = "x" * 4_000
+    chosen = select_carried([Carried(ask, opening=True), *texts("b")], 150, COUNT)
+    assert ORIGIN_CLIP_TOKENS - 12 <= COUNT(chosen.texts[0]) <= ORIGIN_CLIP_TOKENS
     chosen = select_carried([Carried(ask, opening=True), *texts("b")], 60, COUNT)
-    assert 40 <= COUNT(chosen.texts[0]) <= 48
+    assert 48 <= COUNT(chosen.texts[0]) <= 60
     assert select_carried([Carried(ask, opening=True)], 40, COUNT).texts == ()
 
 

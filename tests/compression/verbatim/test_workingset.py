@@ -234,3 +234,15 @@ def test_entities_with_the_same_reasons_share_one_line_and_seen_is_not_written()
     )
     assert legacy is not None
     assert legacy.handoff.working == (("a.py", ("edited", "seen")),)  # how handoffs wrote it
+
+
+def test_a_config_key_the_user_or_the_agent_names_is_in_the_set_not_one_a_tool_printed() -> None:
+    messages: list[Message] = [
+        {"role": "user", "content": "Open the vault with the VAULT_CODE."},
+        {"role": "assistant", "content": "I will read DATABASE_URL first."},
+        {"role": "tool", "tool_call_id": "c1", "content": "HOME_DIR: /root\nVAULT_CODE: x"},
+    ]
+    working = working_set(messages)
+    assert working.tier("VAULT_CODE") == REQUESTED
+    assert working.tier("DATABASE_URL") < SEEN + 1
+    assert working.find("HOME_DIR") is None
