@@ -63,9 +63,13 @@ class Charges:
             log.exception("recording a request's charge failed")
         shadow = self.shadow
         if check and shadow is not None and turn.view_changed:
-            grant = shadow.admit(turn.door.api, full, turn.context_length, shown is not None)
+            # B is the view without ctxgate's own tools: where they went upstream with it, the
+            # client's answer is not B's (a model may take the tool offered first), so B is
+            # sent again without them.
+            answer = None if turn.tools else shown
+            grant = shadow.admit(turn.door.api, full, turn.context_length, answer is not None)
             if grant is not None:
-                shadow.start(shadow_job(turn, full, shown), grant)
+                shadow.start(shadow_job(turn, full, answer), grant)
 
     async def round(self, turn: Turn, usage: Usage | None) -> None:
         """A recall round's charge (a call compression made necessary), recorded beside the

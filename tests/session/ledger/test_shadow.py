@@ -9,6 +9,7 @@ is sent again twice (A, A') and compared with what the compressed one (B) answer
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 from urllib.parse import quote
@@ -41,13 +42,14 @@ TOOLS: list[Any] = [
 BOUND = 64  # compression.shadow.max_tokens
 
 
-def settings(sim: Simulator, db_path: str, **shadow: Any) -> Any:
+def settings(sim: Simulator, db_path: str, recall: bool = True, **shadow: Any) -> Any:
     return settings_for(
         sim.base_url,
         db_path,
         models=[{"match": "*", "upstream": "sim", "context_length": 128_000}],
         compression={
             "background": False,
+            "recall": {"enabled": recall},
             "shadow": {"enabled": True, "sample_rate": 1.0, "max_tokens": BOUND, **shadow},
         },
         auth={"admin_key": "adm"},
@@ -151,12 +153,13 @@ def shadow_requests(sim: Simulator) -> list[Any]:
     return [r for r in sim.received if r.headers.get(SHADOW_HEADER) == "1"]
 
 
+@pytest.mark.parametrize("recall", [False, True])
 @pytest.mark.parametrize("stream", [False, True])
 def test_agreement_is_full_when_the_compression_keeps_what_the_model_acts_on(
-    sim: Simulator, db_path: str, stream: bool
+    sim: Simulator, db_path: str, stream: bool, recall: bool
 ) -> None:
     sim.responder = InViewModel((INDENT, COLOUR))
-    with ProxyServer(settings(sim, db_path)) as proxy:
+    with ProxyServer(settings(sim, db_path, recall)) as proxy:
         run(proxy, fact_in_tool_output=False, after=4, stream=stream)
         shadow = shadow_figures(proxy, 4)
         metrics = httpx.get(proxy.base_url.removesuffix("/v1") + "/metrics").text
@@ -168,8 +171,12 @@ def test_agreement_is_full_when_the_compression_keeps_what_the_model_acts_on(
     assert model["agreement"] == 1.0
     assert model["noise_floor_agreement"] == 1.0  # a deterministic model agrees with itself
     assert set(model["triggers"]) == {"manual"}
-    # A and A' for each check; B sent again only when the client's answer was streamed.
-    assert len(shadow_requests(sim)) == 4 * (3 if stream else 2)
+    # A and A' for each check; B sent again when the client's answer was streamed, or was
+    # not B's: ctxgate's recall tool went upstream with the view (B is the view without it).
+    resent = stream or recall
+    assert len(shadow_requests(sim)) == 4 * (3 if resent else 2)
+    for request in shadow_requests(sim):
+        assert "ctxgate_recall" not in json.dumps(request.body.get("tools") or [])
 
 
 def test_samples_of_a_background_compressions_views_carry_its_trigger(
@@ -235,7 +242,7 @@ def test_shadow_calls_never_reach_the_client_nor_the_session(
         agent = run(proxy, fact_in_tool_output=False, after=4)
         shadow_figures(proxy, 4)
         with_shadow = session_figures(proxy)
-    assert len(shadow_requests(sim)) == 8
+    assert len(shadow_requests(sim)) == 12  # A, A' and B (the view went with ctxgate's tool)
     assert all(not call_id.startswith(f"call_b{BOUND}_") for call_id in agent.call_ids)
     sim.clear()
     sim.responder = InViewModel((INDENT, COLOUR))
@@ -258,7 +265,7 @@ def test_the_daily_budget_stops_shadow_calls(sim: Simulator, db_path: str) -> No
         shadow = shadow_figures(proxy, 1)
         spent = proxy.services.gateway.charges.shadow.spent_today
     assert shadow["total"]["samples"] == 1
-    assert len(shadow_requests(sim)) == 2
+    assert len(shadow_requests(sim)) == 3  # A, A' and B (the view went with ctxgate's tool)
     assert 0 < spent <= 20_000
 
 
