@@ -186,21 +186,25 @@ def _common_frames(m: Mapping[str, Any]) -> bytes | None:
         out.append(_EMPTY_CONTENT)
     else:
         return None
-    if type(name) is str and name:
-        _text(b"N", name, out)
-    elif name is None or name == "":
-        out.append(b"N" + _NONE)
-    else:
+    if not _optional_text(b"N", name, out):
         return None
     if calls and not _call_frames(calls, out):
         return None
-    if type(call_id) is str and call_id:
-        _text(b"D", call_id, out)
-    elif call_id is None or call_id == "":
-        out.append(b"D" + _NONE)
-    else:
+    if not _optional_text(b"D", call_id, out):
         return None
     return b"".join(out)
+
+
+def _optional_text(tag: bytes, value: object, out: list[bytes]) -> bool:
+    """A field that is a string or absent (None and "" frame as absent); False for any
+    other value (then `_frames` words the message)."""
+    if type(value) is str and value:
+        _text(tag, value, out)
+    elif value is None or value == "":
+        out.append(tag + _NONE)
+    else:
+        return False
+    return True
 
 
 def _call_frames(calls: Any, out: list[bytes]) -> bool:
