@@ -78,6 +78,20 @@ class _Kept:
 
 
 @dataclass(frozen=True, slots=True)
+class _Unlaid:
+    """A body kept before its layout is worked out: that is done when a body of its opening
+    is looked for, since most bodies are never grown nor edited (a subagent's one request,
+    the last of a conversation) and writing every entry back costs ~2 µs each."""
+
+    raw: bytes
+    body: JsonObject
+    derived: Any
+    marks: int | None
+    start: int  # where the array's entries start in `raw`, and where they end
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
 class Grown:
     body: JsonObject
     known: int  # how many leading entries of the array were in the kept body (checked then)
@@ -108,7 +122,7 @@ class GrownBodies:
         self.mark = mark
         self._budget = budget_bytes
         self._smallest = smallest_bytes
-        self._kept: OrderedDict[bytes, list[_Kept]] = OrderedDict()
+        self._kept: OrderedDict[bytes, list[_Kept | _Unlaid]] = OrderedDict()
         # Openings of bodies another writer wrote (orjson writes them back differently), with
         # how many more of their bodies to leave alone: one odd body (a float written as 1e5,
         # say) must not bar its opening for good.
@@ -127,7 +141,8 @@ class GrownBodies:
         self.settle()
         key = raw[:KEY_BYTES]
         with self._lock:
-            candidates = list(self._kept.get(key, ()))
+            found = list(self._kept.get(key, ()))
+        candidates = self._laid_out(key, found)
         for kept in candidates:
             grown = _grow(kept, raw, self.array)
             if grown is not None:
@@ -195,19 +210,52 @@ class GrownBodies:
             if skips:
                 self._foreign[key] = skips - 1
                 return
-        layout = _layout(raw, body, self.array)
+        frame = _frame(raw, body, self.array)
+        if frame is None:
+            self._foreign_opening(key)
+        elif frame[1] >= KEY_BYTES:  # else the opening holds bytes that will change
+            self._store(key, _Unlaid(raw, body, derived, marks, *frame), replacing=None)
+
+    def _foreign_opening(self, key: bytes) -> None:
+        with self._lock:
+            self._foreign[key] = FOREIGN_SKIPS
+            if len(self._foreign) > FOREIGN_KEYS:
+                self._foreign.popitem(last=False)
+
+    def _laid_out(self, key: bytes, found: list[_Kept | _Unlaid]) -> list[_Kept]:
+        """`found` (the bodies kept under `key`) with their layouts worked out; those whose
+        layout cannot be are let go (and the opening left alone a while where another writer
+        wrote the body)."""
+        if all(isinstance(kept, _Kept) for kept in found):
+            return [kept for kept in found if isinstance(kept, _Kept)]
+        laid: dict[int, _Kept | None] = {}
+        for kept in found:
+            if isinstance(kept, _Unlaid):
+                laid[id(kept)] = self._lay_out(key, kept)
+        with self._lock:
+            entries = self._kept.get(key)
+            if entries is not None:
+                now = [laid.get(id(e), e) if isinstance(e, _Unlaid) else e for e in entries]
+                self._kept[key] = [e for e in now if e is not None]
+                gone = [e for e, n in zip(entries, now, strict=True) if n is None]
+                self._bytes -= sum(len(e.raw) for e in gone)
+                if not self._kept[key]:
+                    del self._kept[key]
+        out = [laid.get(id(e)) if isinstance(e, _Unlaid) else e for e in found]
+        return [kept for kept in out if kept is not None]
+
+    def _lay_out(self, key: bytes, kept: _Unlaid) -> _Kept | None:
+        raw, marks = kept.raw, kept.marks
+        layout = _entries_laid(raw, kept.body, self.array, kept.start, kept.end)
         if layout is None:
-            with self._lock:
-                self._foreign[key] = FOREIGN_SKIPS
-                if len(self._foreign) > FOREIGN_KEYS:
-                    self._foreign.popitem(last=False)
-        elif layout[0] >= KEY_BYTES:  # else the opening holds bytes that will change
-            if self.mark is None:
-                marks = None
-            elif marks is None:
-                marks = raw.count(self.mark)
-            end, starts = layout
-            self._store(key, _Kept(raw, body, end, derived, marks, starts), replacing=None)
+            self._foreign_opening(key)
+            return None
+        if self.mark is None:
+            marks = None
+        elif marks is None:
+            marks = raw.count(self.mark)
+        end, starts = layout
+        return _Kept(raw, kept.body, end, kept.derived, marks, starts)
 
     def _keep_grown(
         self, raw: bytes, grown: Grown, derived: Any, replacing: _Kept | None, marks: int | None
@@ -221,7 +269,7 @@ class GrownBodies:
         kept = _Kept(raw, grown.body, grown.end, derived, marks, grown.starts())
         self._store(raw[:KEY_BYTES], kept, replacing)
 
-    def _store(self, key: bytes, kept: _Kept, replacing: _Kept | None) -> None:
+    def _store(self, key: bytes, kept: _Kept | _Unlaid, replacing: _Kept | None) -> None:
         with self._lock:
             before = self._kept.pop(key, [])
             entries = [kept, *(e for e in before if e is not replacing)][:PER_KEY]
@@ -367,12 +415,10 @@ def _starts(entries: list[Any], at: int) -> tuple[int, ...]:
     return tuple(starts)
 
 
-def _layout(raw: bytes, body: JsonObject, array: str) -> tuple[int, tuple[int, ...]] | None:
-    """Where `array`'s last entry ends in `raw`, and where each entry starts, when orjson
-    writes `body` back as `raw`. orjson writes each value of an object or array as it writes
-    it alone, so writing every entry once is both the check of the array's bytes and where
-    each entry starts: the array is written once, not once for the check and again for the
-    offsets."""
+def _frame(raw: bytes, body: JsonObject, array: str) -> tuple[int, int] | None:
+    """Where `array`'s entries start and end in `raw`, when orjson writes everything of `body`
+    but them back as the bytes around them: the check a body's writer is known by, taken as
+    the body is kept (the entries' own check waits until the body is looked for)."""
     keys = list(body)
     at = keys.index(array)
     before = {k: body[k] for k in keys[:at]}
@@ -381,14 +427,33 @@ def _layout(raw: bytes, body: JsonObject, array: str) -> tuple[int, tuple[int, .
         opening = orjson.dumps(before)[:-1] + b"," if before else b"{"
         head = opening + orjson.dumps(array) + b":["
         tail = b"]," + orjson.dumps(after)[1:] if after else b"]}"
+    except orjson.JSONEncodeError:
+        return None
+    if len(raw) < len(head) + len(tail) or not raw.startswith(head) or not raw.endswith(tail):
+        return None
+    return len(head), len(raw) - len(tail)
+
+
+def _layout(raw: bytes, body: JsonObject, array: str) -> tuple[int, tuple[int, ...]] | None:
+    """Where `array`'s last entry ends in `raw`, and where each entry starts, when orjson
+    writes `body` back as `raw`. orjson writes each value of an object or array as it writes
+    it alone, so writing every entry once is both the check of the array's bytes and where
+    each entry starts: the array is written once, not once for the check and again for the
+    offsets."""
+    frame = _frame(raw, body, array)
+    return None if frame is None else _entries_laid(raw, body, array, *frame)
+
+
+def _entries_laid(
+    raw: bytes, body: JsonObject, array: str, start: int, end: int
+) -> tuple[int, tuple[int, ...]] | None:
+    """`_layout`, the bytes around the entries (`raw[:start]`, `raw[end:]`) checked."""
+    try:
         written = [orjson.dumps(entry) for entry in body[array]]
     except orjson.JSONEncodeError:
         return None
     joined = b",".join(written)
-    start, end = len(head), len(head) + len(joined)
-    if len(raw) != end + len(tail) or not raw.startswith(head) or not raw.endswith(tail):
-        return None
-    if raw[start:end] != joined:
+    if end - start != len(joined) or raw[start:end] != joined:
         return None
     starts = []
     for entry in written:

@@ -11,7 +11,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.doors.grown_bodies import _layout
+from proxy.doors.grown_bodies import GrownBodies, _layout
 from tests.proxy.doors.test_grown_bodies import fields, messages
 
 
@@ -52,3 +52,28 @@ def test_a_message_written_otherwise_has_no_layout() -> None:
     assert _layout(raw.replace(b'"b"', b'"\\u0062"'), body, "messages") is None
     assert _layout(raw.replace(b'"a"},{', b'"a"} ,{'), body, "messages") is None
     assert _layout(raw + b" ", body, "messages") is None
+
+
+def body_of(texts: list[str], system: str = "s" * 600) -> dict[str, Any]:
+    history = [{"role": "system", "content": system}]
+    history += [{"role": "user", "content": t} for t in texts]
+    return {"model": "gpt-4o", "messages": history}
+
+
+def test_a_body_whose_messages_another_writer_wrote_is_found_by_no_later_body() -> None:
+    """Its messages are checked when a later body of its opening is looked for, not as it is
+    kept: it is then let go, and its opening left alone a while, as if checked at once."""
+    kept = GrownBodies("messages", smallest_bytes=0)
+    texts = ["a" * 40, "b" * 40]
+    first = body_of(texts)
+    escaped = orjson.dumps(first).replace(b'"' + b"b" * 40, b'"\\u0062' + b"b" * 39)
+    kept.keep(escaped, orjson.loads(escaped))
+    grown = orjson.dumps(body_of([*texts, "c" * 40]))
+    assert kept.find(grown) is None
+    kept.keep(grown, orjson.loads(grown))  # left alone: the opening is another writer's
+    assert kept.find(orjson.dumps(body_of([*texts, "c" * 40, "d" * 40]))) is None
+    # A compact writer's body of another opening is kept and found grown.
+    other = body_of(texts, system="t" * 600)
+    kept.keep(orjson.dumps(other), other)
+    found = kept.find(orjson.dumps(body_of([*texts, "e" * 40], system="t" * 600)))
+    assert found is not None and found.known == 3
