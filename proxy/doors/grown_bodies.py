@@ -64,6 +64,9 @@ KEY_BYTES = 512  # conversations are told apart by their opening bytes...
 PER_KEY = 4  # ...and several may share an opening (one agent, one system prompt)
 FOREIGN_KEYS = 4096
 FOREIGN_SKIPS = 16  # bodies of an opening another writer wrote, left alone before a retry
+# Up to this a kept body's entries are written back when a body of its opening is looked for;
+# a larger one's as it is kept, after its answer, rather than in the way of the next request.
+LAID_LATER_BYTES = 64 * 1024
 MOST_PENDING = 64  # keeps waiting for `settle`; more (answers that never came) are done now
 
 
@@ -81,7 +84,8 @@ class _Kept:
 class _Unlaid:
     """A body kept before its layout is worked out: that is done when a body of its opening
     is looked for, since most bodies are never grown nor edited (a subagent's one request,
-    the last of a conversation) and writing every entry back costs ~2 µs each."""
+    the last of a conversation) and writing every entry back costs ~2 µs each. Only bodies up
+    to `LAID_LATER_BYTES`: a larger one's would hold up the request that looks for it."""
 
     raw: bytes
     body: JsonObject
@@ -214,7 +218,10 @@ class GrownBodies:
         if frame is None:
             self._foreign_opening(key)
         elif frame[1] >= KEY_BYTES:  # else the opening holds bytes that will change
-            self._store(key, _Unlaid(raw, body, derived, marks, *frame), replacing=None)
+            unlaid = _Unlaid(raw, body, derived, marks, *frame)
+            kept = unlaid if len(raw) <= LAID_LATER_BYTES else self._lay_out(key, unlaid)
+            if kept is not None:
+                self._store(key, kept, replacing=None)
 
     def _foreign_opening(self, key: bytes) -> None:
         with self._lock:

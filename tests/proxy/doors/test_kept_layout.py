@@ -11,7 +11,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.doors.grown_bodies import GrownBodies, _layout
+from proxy.doors.grown_bodies import LAID_LATER_BYTES, GrownBodies, _layout
 from tests.proxy.doors.test_grown_bodies import fields, messages
 
 
@@ -77,3 +77,14 @@ def test_a_body_whose_messages_another_writer_wrote_is_found_by_no_later_body() 
     kept.keep(orjson.dumps(other), other)
     found = kept.find(orjson.dumps(body_of([*texts, "e" * 40], system="t" * 600)))
     assert found is not None and found.known == 3
+
+
+def test_a_large_body_whose_messages_another_writer_wrote_is_let_go_as_it_is_kept() -> None:
+    kept = GrownBodies("messages", smallest_bytes=0)
+    texts = ["a" * 40, "b" * (LAID_LATER_BYTES + 10)]
+    escaped = orjson.dumps(body_of(texts)).replace(b'"' + b"a" * 40, b'"\\u0061' + b"a" * 39)
+    kept.keep(escaped, orjson.loads(escaped))
+    assert kept._bytes == 0  # not held until a later body of its opening is looked for
+    compact = body_of(["x" * 40, "b" * (LAID_LATER_BYTES + 10)], system="t" * 600)
+    kept.keep(orjson.dumps(compact), compact)
+    assert kept._bytes == len(orjson.dumps(compact))
