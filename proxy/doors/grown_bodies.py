@@ -52,6 +52,7 @@ from typing import Any
 import orjson
 
 from proxy.doors.bodies import JsonObject
+from proxy.doors.layout import frame_of, laid_entries
 
 log = logging.getLogger("ctxgate.doors")
 
@@ -214,7 +215,7 @@ class GrownBodies:
             if skips:
                 self._foreign[key] = skips - 1
                 return
-        frame = _frame(raw, body, self.array)
+        frame = frame_of(raw, body, self.array)
         if frame is None:
             self._foreign_opening(key)
         elif frame[1] >= KEY_BYTES:  # else the opening holds bytes that will change
@@ -253,7 +254,7 @@ class GrownBodies:
 
     def _lay_out(self, key: bytes, kept: _Unlaid) -> _Kept | None:
         raw, marks = kept.raw, kept.marks
-        layout = _entries_laid(raw, kept.body, self.array, kept.start, kept.end)
+        layout = laid_entries(raw, kept.body, self.array, kept.start, kept.end)
         if layout is None:
             self._foreign_opening(key)
             return None
@@ -420,50 +421,3 @@ def _starts(entries: list[Any], at: int) -> tuple[int, ...]:
         starts.append(at)
         at += size + 1
     return tuple(starts)
-
-
-def _frame(raw: bytes, body: JsonObject, array: str) -> tuple[int, int] | None:
-    """Where `array`'s entries start and end in `raw`, when orjson writes everything of `body`
-    but them back as the bytes around them: the check a body's writer is known by, taken as
-    the body is kept (the entries' own check waits until the body is looked for)."""
-    keys = list(body)
-    at = keys.index(array)
-    before = {k: body[k] for k in keys[:at]}
-    after = {k: body[k] for k in keys[at + 1 :]}
-    try:
-        opening = orjson.dumps(before)[:-1] + b"," if before else b"{"
-        head = opening + orjson.dumps(array) + b":["
-        tail = b"]," + orjson.dumps(after)[1:] if after else b"]}"
-    except orjson.JSONEncodeError:
-        return None
-    if len(raw) < len(head) + len(tail) or not raw.startswith(head) or not raw.endswith(tail):
-        return None
-    return len(head), len(raw) - len(tail)
-
-
-def _layout(raw: bytes, body: JsonObject, array: str) -> tuple[int, tuple[int, ...]] | None:
-    """Where `array`'s last entry ends in `raw`, and where each entry starts, when orjson
-    writes `body` back as `raw`. orjson writes each value of an object or array as it writes
-    it alone, so writing every entry once is both the check of the array's bytes and where
-    each entry starts: the array is written once, not once for the check and again for the
-    offsets."""
-    frame = _frame(raw, body, array)
-    return None if frame is None else _entries_laid(raw, body, array, *frame)
-
-
-def _entries_laid(
-    raw: bytes, body: JsonObject, array: str, start: int, end: int
-) -> tuple[int, tuple[int, ...]] | None:
-    """`_layout`, the bytes around the entries (`raw[:start]`, `raw[end:]`) checked."""
-    try:
-        written = [orjson.dumps(entry) for entry in body[array]]
-    except orjson.JSONEncodeError:
-        return None
-    joined = b",".join(written)
-    if end - start != len(joined) or raw[start:end] != joined:
-        return None
-    starts = []
-    for entry in written:
-        starts.append(start)
-        start += len(entry) + 1
-    return end, tuple(starts)

@@ -11,7 +11,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.doors.grown_bodies import LAID_LATER_BYTES, GrownBodies, _layout
+from proxy.doors.grown_bodies import LAID_LATER_BYTES, GrownBodies
+from proxy.doors.layout import layout_of
 from tests.proxy.doors.test_grown_bodies import fields, messages
 
 
@@ -22,7 +23,7 @@ def test_the_offsets_are_those_of_the_bytes(
 ) -> None:
     body = {**before, "model": "gpt-4o", "messages": history, **after}
     raw = orjson.dumps(body)
-    layout = _layout(raw, body, "messages")
+    layout = layout_of(raw, body, "messages")
     assert layout is not None
     end, starts = layout
     bounds = [*starts, end + 1]  # each entry runs up to the comma (or `]`) before the next
@@ -39,19 +40,19 @@ def test_bytes_another_writer_wrote_have_no_layout(
 ) -> None:
     body = {**before, "model": "gpt-4o", "messages": history, **after}
     spaced = json.dumps(body).encode()  # ", " and ": " between items
-    assert _layout(spaced, body, "messages") is None
+    assert layout_of(spaced, body, "messages") is None
     escaped = orjson.dumps(body).replace(b'"gpt-4o"', b'"gpt\\u002d4o"')
-    assert _layout(escaped, body, "messages") is None
+    assert layout_of(escaped, body, "messages") is None
 
 
 def test_a_message_written_otherwise_has_no_layout() -> None:
     history = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
     body = {"model": "gpt-4o", "messages": history}
     raw = orjson.dumps(body)
-    assert _layout(raw, body, "messages") is not None
-    assert _layout(raw.replace(b'"b"', b'"\\u0062"'), body, "messages") is None
-    assert _layout(raw.replace(b'"a"},{', b'"a"} ,{'), body, "messages") is None
-    assert _layout(raw + b" ", body, "messages") is None
+    assert layout_of(raw, body, "messages") is not None
+    assert layout_of(raw.replace(b'"b"', b'"\\u0062"'), body, "messages") is None
+    assert layout_of(raw.replace(b'"a"},{', b'"a"} ,{'), body, "messages") is None
+    assert layout_of(raw + b" ", body, "messages") is None
 
 
 def body_of(texts: list[str], system: str = "s" * 600) -> dict[str, Any]:
