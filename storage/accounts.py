@@ -100,5 +100,9 @@ class Accounts:
         """Those of `keys` (client session ids) whose compression is switched off."""
         return await self._db.lookup(lambda conn: switches.compression_off(conn, keys))
 
+    async def any_compression_off(self) -> bool:
+        """Whether any session's compression is switched off."""
+        return await self._db.lookup(switches.any_off)
+
     async def set_compression(self, sk: SessionKey, off: bool) -> None:
         await self._db.write(lambda conn: switches.set_compression(conn, sk, off, self._clock()))

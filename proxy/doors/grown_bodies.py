@@ -52,6 +52,7 @@ from typing import Any
 import orjson
 
 from proxy.doors.bodies import JsonObject
+from proxy.doors.layout import frame_of, laid_entries
 
 log = logging.getLogger("ctxgate.doors")
 
@@ -64,6 +65,9 @@ KEY_BYTES = 512  # conversations are told apart by their opening bytes...
 PER_KEY = 4  # ...and several may share an opening (one agent, one system prompt)
 FOREIGN_KEYS = 4096
 FOREIGN_SKIPS = 16  # bodies of an opening another writer wrote, left alone before a retry
+# Up to this a kept body's entries are written back when a body of its opening is looked for;
+# a larger one's as it is kept, after its answer, rather than in the way of the next request.
+LAID_LATER_BYTES = 64 * 1024
 MOST_PENDING = 64  # keeps waiting for `settle`; more (answers that never came) are done now
 
 
@@ -75,6 +79,21 @@ class _Kept:
     derived: Any  # what the door made of the body (a conversion it can extend), if anything
     marks: int | None  # how often the mark occurs in `raw` (None: no mark counted)
     starts: tuple[int, ...] = ()  # offset of each entry in `raw` (none: not worked out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Unlaid:
+    """A body kept before its layout is worked out: that is done when a body of its opening
+    is looked for, since most bodies are never grown nor edited (a subagent's one request,
+    the last of a conversation) and writing every entry back costs ~2 µs each. Only bodies up
+    to `LAID_LATER_BYTES`: a larger one's would hold up the request that looks for it."""
+
+    raw: bytes
+    body: JsonObject
+    derived: Any
+    marks: int | None
+    start: int  # where the array's entries start in `raw`, and where they end
+    end: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +127,7 @@ class GrownBodies:
         self.mark = mark
         self._budget = budget_bytes
         self._smallest = smallest_bytes
-        self._kept: OrderedDict[bytes, list[_Kept]] = OrderedDict()
+        self._kept: OrderedDict[bytes, list[_Kept | _Unlaid]] = OrderedDict()
         # Openings of bodies another writer wrote (orjson writes them back differently), with
         # how many more of their bodies to leave alone: one odd body (a float written as 1e5,
         # say) must not bar its opening for good.
@@ -127,7 +146,8 @@ class GrownBodies:
         self.settle()
         key = raw[:KEY_BYTES]
         with self._lock:
-            candidates = list(self._kept.get(key, ()))
+            found = list(self._kept.get(key, ()))
+        candidates = self._laid_out(key, found)
         for kept in candidates:
             grown = _grow(kept, raw, self.array)
             if grown is not None:
@@ -195,19 +215,55 @@ class GrownBodies:
             if skips:
                 self._foreign[key] = skips - 1
                 return
-        layout = _layout(raw, body, self.array)
+        frame = frame_of(raw, body, self.array)
+        if frame is None:
+            self._foreign_opening(key)
+        elif frame[1] >= KEY_BYTES:  # else the opening holds bytes that will change
+            unlaid = _Unlaid(raw, body, derived, marks, *frame)
+            kept = unlaid if len(raw) <= LAID_LATER_BYTES else self._lay_out(key, unlaid)
+            if kept is not None:
+                self._store(key, kept, replacing=None)
+
+    def _foreign_opening(self, key: bytes) -> None:
+        with self._lock:
+            self._foreign[key] = FOREIGN_SKIPS
+            if len(self._foreign) > FOREIGN_KEYS:
+                self._foreign.popitem(last=False)
+
+    def _laid_out(self, key: bytes, found: list[_Kept | _Unlaid]) -> list[_Kept]:
+        """`found` (the bodies kept under `key`) with their layouts worked out; those whose
+        layout cannot be are let go (and the opening left alone a while where another writer
+        wrote the body)."""
+        if all(isinstance(kept, _Kept) for kept in found):
+            return [kept for kept in found if isinstance(kept, _Kept)]
+        laid: dict[int, _Kept | None] = {}
+        for kept in found:
+            if isinstance(kept, _Unlaid):
+                laid[id(kept)] = self._lay_out(key, kept)
+        with self._lock:
+            entries = self._kept.get(key)
+            if entries is not None:
+                now = [laid.get(id(e), e) if isinstance(e, _Unlaid) else e for e in entries]
+                self._kept[key] = [e for e in now if e is not None]
+                gone = [e for e, n in zip(entries, now, strict=True) if n is None]
+                self._bytes -= sum(len(e.raw) for e in gone)
+                if not self._kept[key]:
+                    del self._kept[key]
+        out = [laid.get(id(e)) if isinstance(e, _Unlaid) else e for e in found]
+        return [kept for kept in out if kept is not None]
+
+    def _lay_out(self, key: bytes, kept: _Unlaid) -> _Kept | None:
+        raw, marks = kept.raw, kept.marks
+        layout = laid_entries(raw, kept.body, self.array, kept.start, kept.end)
         if layout is None:
-            with self._lock:
-                self._foreign[key] = FOREIGN_SKIPS
-                if len(self._foreign) > FOREIGN_KEYS:
-                    self._foreign.popitem(last=False)
-        elif layout[0] >= KEY_BYTES:  # else the opening holds bytes that will change
-            if self.mark is None:
-                marks = None
-            elif marks is None:
-                marks = raw.count(self.mark)
-            end, starts = layout
-            self._store(key, _Kept(raw, body, end, derived, marks, starts), replacing=None)
+            self._foreign_opening(key)
+            return None
+        if self.mark is None:
+            marks = None
+        elif marks is None:
+            marks = raw.count(self.mark)
+        end, starts = layout
+        return _Kept(raw, kept.body, end, kept.derived, marks, starts)
 
     def _keep_grown(
         self, raw: bytes, grown: Grown, derived: Any, replacing: _Kept | None, marks: int | None
@@ -221,7 +277,7 @@ class GrownBodies:
         kept = _Kept(raw, grown.body, grown.end, derived, marks, grown.starts())
         self._store(raw[:KEY_BYTES], kept, replacing)
 
-    def _store(self, key: bytes, kept: _Kept, replacing: _Kept | None) -> None:
+    def _store(self, key: bytes, kept: _Kept | _Unlaid, replacing: _Kept | None) -> None:
         with self._lock:
             before = self._kept.pop(key, [])
             entries = [kept, *(e for e in before if e is not replacing)][:PER_KEY]
@@ -365,33 +421,3 @@ def _starts(entries: list[Any], at: int) -> tuple[int, ...]:
         starts.append(at)
         at += size + 1
     return tuple(starts)
-
-
-def _layout(raw: bytes, body: JsonObject, array: str) -> tuple[int, tuple[int, ...]] | None:
-    """Where `array`'s last entry ends in `raw`, and where each entry starts, when orjson
-    writes `body` back as `raw`. orjson writes each value of an object or array as it writes
-    it alone, so writing every entry once is both the check of the array's bytes and where
-    each entry starts: the array is written once, not once for the check and again for the
-    offsets."""
-    keys = list(body)
-    at = keys.index(array)
-    before = {k: body[k] for k in keys[:at]}
-    after = {k: body[k] for k in keys[at + 1 :]}
-    try:
-        opening = orjson.dumps(before)[:-1] + b"," if before else b"{"
-        head = opening + orjson.dumps(array) + b":["
-        tail = b"]," + orjson.dumps(after)[1:] if after else b"]}"
-        written = [orjson.dumps(entry) for entry in body[array]]
-    except orjson.JSONEncodeError:
-        return None
-    joined = b",".join(written)
-    start, end = len(head), len(head) + len(joined)
-    if len(raw) != end + len(tail) or not raw.startswith(head) or not raw.endswith(tail):
-        return None
-    if raw[start:end] != joined:
-        return None
-    starts = []
-    for entry in written:
-        starts.append(start)
-        start += len(entry) + 1
-    return end, tuple(starts)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from compression import TokenCounter, seen_messages
+from compression import TokenCounter
 from session.conversations import Conversations
-from session.ledger.book import History, Ledger, full_prompt
+from session.ledger.book import Ledger, full_prompt
+from session.ledger.history import History
 from session.ledger.shadow import Shadow, ShadowJob
 from session.ports.frontdoor import Usage
 from session.ports.headers import upstream_request_headers
@@ -80,21 +81,20 @@ class Charges:
 
 
 def figures_of(turn: Turn, usage: Usage, counter: TokenCounter) -> tuple[int, History]:
-    """`full_prompt` of the request: its client messages' digests and counts as needed. The
-    provider billed the passages recall before asking placed as well, which `turn.view` does
-    not hold: scaled without them, or they would count as part of the client's history."""
+    """`full_prompt` of the request and its client messages' `History` (their digests taken
+    when the ledger asks, or here for a large body). The provider billed the passages recall
+    before asking placed as well, which `turn.view` does not hold: scaled without them, or they
+    would count as part of the client's history."""
     billed = usage.prompt_tokens
     if billed and turn.ahead_tokens:
         billed = max(1, billed - turn.ahead_tokens)
-    return full_prompt(
-        billed,
-        turn.messages,
-        turn.view,
-        turn.request.tools,
-        counter,
-        turn.tools,
-        seen_messages().digests(turn.messages),
+    size = len(turn.request.raw)
+    full, history = full_prompt(
+        billed, turn.messages, turn.view, turn.request.tools, counter, turn.tools, size
     )
+    if size > LARGE_BODY_BYTES:  # here, off the loop, rather than when the ledger asks
+        history.digest_now()
+    return full, history
 
 
 def shadow_job(turn: Turn, full: int, shown: bytes | None) -> ShadowJob:

@@ -4,7 +4,9 @@ A request turns it off (or on) with the header `x-ctxgate-compression: off` (`on
 operator with the admin API; either is stored with the session (the client's session id), so
 it holds for the session's later requests, on every replica. A request without the header
 reads the stored switch, remembered here as long as a session row is (`storage.session_cache_s`):
-a switch set on another replica is seen there that much later at most.
+a switch set on another replica is seen there that much later at most. That no session at all
+has its compression off (most databases hold no switch) is remembered as long: a session this
+process has not seen then costs no read of its own.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Switches:
         self.kept_s = kept_s  # how long a switch read from the database is trusted
         self.clock = clock
         self._known: dict[SessionKey, tuple[bool, float]] = {}
+        # Whether any session's compression was off when the store was last asked, and when.
+        self._anywhere: tuple[bool, float] | None = None
+        self.reads = 0  # reads of the store (the whole table's or one session's)
 
     async def compression_off(self, sk: SessionKey, headers: Mapping[str, str]) -> bool:
         """Whether compression is off for this request of the session `sk` (the client's
@@ -60,13 +65,32 @@ class Switches:
             return asked
         if fresh and known is not None:
             return known[0]
+        if await self._none_off():
+            return False
         try:
+            self.reads += 1
             off = sk in await self.store.compression_off([sk])
         except StorageError as exc:
             log.warning("could not read session %s's compression switch: %s", sk.key, exc)
             return known[0] if known is not None else False
         self._remember(sk, off)
         return off
+
+    async def _none_off(self) -> bool:
+        """Whether no session had its compression off when the store was last asked, no longer
+        ago than a session's own switch is trusted."""
+        if self.kept_s <= 0:
+            return False  # nothing is trusted: the session's own switch is read
+        known = self._anywhere
+        if known is None or self.clock() - known[1] >= self.kept_s:
+            try:
+                self.reads += 1
+                anywhere = await self.store.any_compression_off()
+            except StorageError as exc:
+                log.warning("could not read the compression switches: %s", exc)
+                return False
+            known = self._anywhere = (anywhere, self.clock())
+        return not known[0]
 
     async def _store_asked(self, sk: SessionKey, off: bool) -> None:
         """A header's switch: this request has it whatever the database says; a store that
@@ -83,6 +107,8 @@ class Switches:
         self._remember(sk, off)
 
     def _remember(self, sk: SessionKey, off: bool) -> None:
+        if off:
+            self._anywhere = (True, self.clock())
         if len(self._known) >= _REMEMBERED:
             self._known.clear()
         self._known[sk] = (off, self.clock())

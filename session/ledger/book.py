@@ -9,7 +9,6 @@ a storage failure is logged and loses only the charge.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections import OrderedDict
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from compression import Message, TokenCounter, ToolSchema, seen_messages
 from session.config.prices import Price
 from session.config.settings import Settings
+from session.ledger.history import History, Tip, Tips
 from session.ledger.tiers import CACHE_TTL_S, Split, caching_of, cost, full_history_split, split_of
 from session.ports.frontdoor import Usage
 from storage import SessionKey, SessionStore, StorageError
@@ -30,27 +30,11 @@ _REMEMBERED = 10_000  # sessions whose last uncompressed prompt this process kee
 
 
 @dataclass(frozen=True, slots=True)
-class History:
-    """The client's messages of a request, for anchoring its uncompressed prompt on the
-    session's previous request: `digests[i]` is the digest of message i (`message_digest`),
-    and `grown(n)` the (billed-scale) tokens of the messages after the first `n`."""
-
-    digests: Sequence[str]
-    grown: Callable[[int], int]
-
-    def prefix(self, n: int) -> str:
-        """One digest of the first `n` messages: of their digests, in order. A single hash
-        of 64 bytes a message, where a chain of digests costs one hash a message (2.6 ms
-        for the 3,900 messages of a 200K-token history no session has seen)."""
-        return hashlib.sha256("".join(self.digests[:n]).encode("ascii")).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
 class _Last:
     full_prompt: int
     at: float
     messages: int  # client messages of that request; 0: unknown
-    digest: str  # `History.prefix` of those messages
+    tip: Tip | None  # `History.prefix` of those messages, taken when asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +62,7 @@ class Ledger:
         self.observe = observe
         self.clock = clock
         self._last: OrderedDict[SessionKey, _Last] = OrderedDict()
+        self._tips = Tips()
         self._caching: set[str] = set()  # models whose provider has reported cached tokens
         # Each model's price: matching the price globs costs more than the charge itself.
         self._prices: dict[str, Price | None] = {}
@@ -108,7 +93,7 @@ class Ledger:
             full = full_history_split(previous, full_prompt, billed.output, caching)
         else:
             full, full_prompt = billed, billed.prompt
-        self._remember(sk, _Last(full_prompt, at, *_tip(history)))
+        self._remember(sk, _Last(full_prompt, at, *self._tip(history, at)))
         row = ChargeRow(
             sk, at, model, "request", compressed, billed.uncached, billed.cache_read,
             billed.cache_write, billed.output, full.uncached, full.cache_read,
@@ -159,7 +144,7 @@ class Ledger:
             except StorageError as exc:
                 log.warning("could not read the session's last charge: %s", exc)
                 stored = None
-            last = None if stored is None else _Last(stored[0], stored[1], 0, "")
+            last = None if stored is None else _Last(stored[0], stored[1], 0, None)
         if last is None or not 0 <= at - last.at <= CACHE_TTL_S:
             return None
         return last
@@ -170,27 +155,42 @@ class Ledger:
         lineage = (f"{sk.key}#", f"{sk.key}~")  # its forks and rotations
         for known in [k for k in self._last if k.scope == sk.scope]:
             if known.key == sk.key or known.key.startswith(lineage):
-                del self._last[known]
+                self._let_go(self._last.pop(known))
 
     def _remember(self, sk: SessionKey, last: _Last) -> None:
+        before = self._last.get(sk)
+        if before is not None:
+            self._let_go(before)
         self._last[sk] = last
         self._last.move_to_end(sk)
         while len(self._last) > _REMEMBERED:
-            self._last.popitem(last=False)
+            self._let_go(self._last.popitem(last=False)[1])
 
+    def _tip(self, history: History | None, at: float) -> tuple[int, Tip | None]:
+        """The link a later request of the session may compare with (digested only then)."""
+        if history is None or not len(history):
+            return 0, None
+        tip = Tip(history, at, history.size)
+        if history.digested:  # a large or compressed body's: nothing left to save
+            tip.digest()
+        else:
+            self._tips.hold(tip, at)
+        return len(history), tip
 
-def _tip(history: History | None) -> tuple[int, str]:
-    if history is None or not history.digests:
-        return 0, ""
-    return len(history.digests), history.prefix(len(history.digests))
+    def _let_go(self, last: _Last) -> None:
+        if last.tip is not None:
+            self._tips.let_go(last.tip)
 
 
 def _anchored(last: _Last | None, history: History | None, estimate: int) -> int:
     """The previous request's uncompressed prompt plus what the client appended since, when
     this request continues it: only the new messages are estimated, not the whole history."""
-    if last is None or history is None or not 0 < last.messages <= len(history.digests):
+    if last is None or last.tip is None or history is None:
         return estimate
-    if history.prefix(last.messages) != last.digest:
+    if not 0 < last.messages <= len(history):
+        return estimate
+    digest = last.tip.digest()
+    if digest is None or history.prefix(last.messages) != digest:
         return estimate
     return last.full_prompt + history.grown(last.messages)
 
@@ -202,10 +202,10 @@ def full_prompt(
     tools: Sequence[ToolSchema] | None,
     counter: TokenCounter,
     added_tools: Sequence[ToolSchema] = (),
-    digests: Sequence[str] = (),
+    size: int = 0,
 ) -> tuple[int, History]:
     """The prompt the client's uncompressed request would have been billed, estimated from
-    this request alone, and its `History` (`digests`: the client messages' digests).
+    this request alone, and its `History` (`size`: the request body's bytes).
 
     The forwarded request holds what ctxgate put in (`view`: its summary, handoff, archive
     handles and restored passages; `added_tools`: its own tools, such as recall), so the
@@ -225,7 +225,7 @@ def full_prompt(
     def grown(n: int) -> int:
         return round((seen.count_messages(counter, messages[n:]) - empty) * scale)
 
-    history = History(digests, grown)
+    history = History(messages, grown, size)
     if unchanged or sent <= 0:
         return billed_prompt, history
     return round(seen.count_messages(counter, messages, tools) * scale), history

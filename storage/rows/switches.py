@@ -17,6 +17,7 @@ from sqlalchemy import (
     Table,
     bindparam,
     delete,
+    exists,
     or_,
     select,
 )
@@ -54,6 +55,16 @@ _ONE_OFF = select(session_switches.c.scope, session_switches.c.key).where(
     session_switches.c.scope == bindparam("scope"),
     session_switches.c.key == bindparam("key"),
 )
+
+
+# Whether any session has its compression off: most databases hold none, and then no session's
+# own switch needs reading.
+_ANY_OFF = select(exists().where(session_switches.c.compression_off))
+
+
+async def any_off(conn: Executor) -> bool:
+    """Whether any session's compression is switched off."""
+    return bool((await conn.execute(_ANY_OFF)).scalar())
 
 
 async def compression_off(conn: Executor, keys: Sequence[SessionKey]) -> set[SessionKey]:
