@@ -447,6 +447,14 @@ def _finish(
             anchored = replace(carrying.budgets, anchors=carrying.budgets.anchors + extra)
             carrying = replace(carrying, budgets=anchored)
             continue
+        if after >= figures.total and attempt < 2:
+            # A short region leaves its anchors' kept share more than the turns it replaces
+            # held: they give up what makes the view no smaller than the input.
+            over = after - int(figures.total * TARGET_SHARE)
+            trimmed = replace(carrying.budgets, anchors=max(0, carrying.budgets.anchors - over))
+            if trimmed != carrying.budgets:
+                carrying = replace(carrying, budgets=trimmed)
+                continue
         if projected < limit or not users.texts or plan.level < MAX_LEVEL:
             break
         # The most the cut could shrink is done and the view is still over: the user's words
