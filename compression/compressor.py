@@ -425,7 +425,7 @@ def _finish(
     budgets = replace(plan.budgets, carry=plan.budgets.carry + spare)
     budgets = replace(budgets, anchors=max(0, budgets.anchors - lines))
     carrying = replace(plan, budgets=budgets)
-    for attempt in range(3):
+    for attempt in range(4):  # room for the anchors, a trim, a yield, the view that fits
         users, anchors = carry_section(
             view,
             carrying,
@@ -447,7 +447,7 @@ def _finish(
             anchored = replace(carrying.budgets, anchors=carrying.budgets.anchors + extra)
             carrying = replace(carrying, budgets=anchored)
             continue
-        if after >= figures.total and attempt < 2:
+        if after >= figures.total and attempt < 3:
             # A short region leaves its anchors' kept share more than the turns it replaces
             # held: they give up what makes the view no smaller than the input.
             over = after - int(figures.total * TARGET_SHARE)

@@ -25,9 +25,10 @@ from collections.abc import Callable, Sequence
 from compression import Message, seen_messages
 from session.ledger.tiers import CACHE_TTL_S
 
-# Bytes of request bodies whose messages the undigested tips may hold: the seen-messages memo's
-# own budget, which would otherwise hold these messages with their digests.
-HELD_BYTES = 64 * 1024 * 1024
+# Bytes of request bodies whose messages the undigested tips may hold. Parsed messages take a few
+# times their JSON's bytes, so a quarter of the seen-messages memo's own 64 MB (which would
+# otherwise hold these messages with their digests): about 500 agents' 8K-token histories.
+HELD_BYTES = 16 * 1024 * 1024
 # How long after its request a tip can still be asked: a later request of the session that
 # started within the cache's lifetime may still be in flight (a long stream) for a while.
 ASKED_WITHIN_S = CACHE_TTL_S + 3600.0
@@ -75,13 +76,14 @@ class History:
 class Tip:
     """`History.prefix` of all of a request's messages, taken when first asked for."""
 
-    __slots__ = ("_digest", "_history", "at", "size")
+    __slots__ = ("_digest", "_history", "_owner", "at", "size")
 
     def __init__(self, history: History, at: float, size: int) -> None:
         self.at = at
         self.size = size  # the request body's bytes, charged to the budget while held
         self._history: History | None = history
         self._digest: str | None = None
+        self._owner: Tips | None = None  # the budget it is charged to while held
 
     @property
     def held(self) -> bool:
@@ -92,11 +94,19 @@ class Tip:
         """The prefix digest; None where it was let go undigested (no request can ask)."""
         if self._history is not None:
             self._digest = self._history.prefix(len(self._history))
-            self._history = None
+            self._release()
         return self._digest
 
     def let_go(self) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        """Its messages let go, and their bytes given back to the budget that held them, however
+        it ended (asked by the next request, replaced, too old, past the budget)."""
+        if self._history is not None and self._owner is not None:
+            self._owner._bytes -= self.size
         self._history = None
+        self._owner = None
 
 
 class Tips:
@@ -115,8 +125,10 @@ class Tips:
     def hold(self, tip: Tip, now: float) -> None:
         """Hold `tip` undigested; digest or let go of older ones past the budget or too old
         to be asked (`now`: the newest request's start)."""
-        self._order.append(tip)
-        self._bytes += tip.size
+        if tip.held:
+            self._order.append(tip)
+            self._bytes += tip.size
+            tip._owner = self
         order = self._order
         while order:
             oldest = order[0]
@@ -127,12 +139,9 @@ class Tips:
                     oldest.digest()
                 else:
                     return
-                self._bytes -= oldest.size
             order.popleft()
 
     def let_go(self, tip: Tip) -> None:
         """`tip` can no longer be asked (its session's next request replaced it, or the
         session was forgotten)."""
-        if tip.held:
-            tip.let_go()
-            self._bytes -= tip.size
+        tip.let_go()

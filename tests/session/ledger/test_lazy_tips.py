@@ -107,3 +107,24 @@ def test_tips_are_let_go_when_replaced_or_too_old_and_digested_past_the_budget()
     late = Tip(history_of(turns(2, tag="late "), eager=False), 2 + ASKED_WITHIN_S + 1, 10)
     tips.hold(late, late.at)  # made[2] can no longer be asked: let go undigested
     assert not made[2].held and made[2].digest() is None and tips.held_bytes == 10
+
+
+def test_a_tip_the_next_request_digests_gives_its_bytes_back() -> None:
+    """However a held tip ends (asked by a compressed request, replaced, too old, past the
+    budget), its bytes leave the budget: a budget that only grew would digest every later
+    request at once."""
+    tips = Tips(budget=2500)
+    made = [Tip(history_of(turns(3, tag=f"a{i} "), eager=False), float(i), 1000) for i in range(2)]
+    for tip in made:
+        tips.hold(tip, tip.at)
+    assert tips.held_bytes == 2000
+    assert made[0].digest() is not None  # a compressed request compared with it
+    assert tips.held_bytes == 1000
+    tips.let_go(made[0])  # then its session's next request replaced it
+    assert tips.held_bytes == 1000
+    later = [Tip(history_of(turns(3, tag=f"b{i} "), eager=False), 2.0 + i, 1000) for i in range(2)]
+    for tip in later:
+        tips.hold(tip, tip.at)
+    # 3,000 bytes in a budget of 2,500: only the oldest still held is digested early.
+    assert not made[1].held and later[0].held and later[1].held
+    assert tips.held_bytes == 2000
