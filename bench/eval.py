@@ -1,7 +1,8 @@
 """Compression-quality evaluation of ctxgate on long sessions chained from the shared corpus.
 
-    .venv/bin/python bench/eval.py                 # full: 8K (6 sessions, 5 arms), 16K (3,
-                                                   # main + fail), 64K (2, main), 128K (1, main)
+    .venv/bin/python bench/eval.py                 # full: 8K (6 sessions, every arm), 16K (3,
+                                                   # main, fail, never-recall, ahead-off), 64K
+                                                   # (2, main, never-recall), 128K (1, the same)
     .venv/bin/python bench/eval.py --quick         # 3 sessions at 8K, arms main + bg-off (~1-2 min)
     .venv/bin/python bench/eval.py --sessions 3 --window 16384 --arms main,fail --out /tmp/x
     CTXGATE_EVAL_LLAMA_URL=http://127.0.0.1:8080/v1 .venv/bin/python bench/eval.py --quick

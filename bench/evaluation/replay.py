@@ -265,6 +265,7 @@ def replay(
     recall_calls: int = 4,
     await_compression: bool = True,
     await_timeout_s: float = AWAIT_TIMEOUT_S,
+    ahead: bool = True,
 ) -> Replay:
     """Send every request point of `session` through a fresh ctxgate; record what it did.
 
@@ -291,6 +292,7 @@ def replay(
             compression={
                 "background": background,
                 "options": options or {},
+                "recall": {"ahead": ahead},
                 **({"shadow": shadow} if shadow else {}),
             },
             auth={"admin_key": ADMIN_KEY},

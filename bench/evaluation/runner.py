@@ -39,6 +39,7 @@ class ArmSpec:
     summarizer: str = "fit"
     scaled_threshold: bool = True
     recall_calls: int = 4  # the simulated model's recall calls per question (0: never)
+    ahead: bool = True  # ctxgate's recall before asking (`compression.recall.ahead`)
 
     def options(self, window: int) -> dict[str, Any]:
         # ctxgate's 64K floor on the agent threshold is meant for 128K windows, where it means
@@ -63,6 +64,7 @@ ARMS: dict[str, ArmSpec] = {
         "as main, a model that never calls the recall tool: it answers from its view only",
         recall_calls=0,
     ),
+    "ahead-off": ArmSpec("as main, recall before asking off", ahead=False),
 }
 QUICK_ARMS = ("main", "bg-off")
 MAIN = "main"
@@ -72,7 +74,7 @@ MAIN = "main"
 LARGE_WINDOW = 65536
 LARGE_SIZE = 3.0
 WINDOW_PLAN: dict[int, tuple[int, tuple[str, ...]]] = {
-    16384: (3, ("main", "fail", "never-recall")),
+    16384: (3, ("main", "fail", "never-recall", "ahead-off")),
     65536: (2, ("main", "never-recall")),
     131072: (1, ("main", "never-recall")),
 }
@@ -194,6 +196,7 @@ def evaluate(config: EvalConfig) -> EvalResults:
                 progress=bar.update,
                 recall_calls=spec.recall_calls,
                 await_compression=config.await_compression,
+                ahead=spec.ahead,
             )
             result.arms[arm] = arm_result(arm, session, run, spec.options(session.window))
             errors = result.arms[arm].client_errors
