@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from storage import SessionStore
 from tests.simulator import ModelSpec
 from tests.simulator.fixtures import simulator_fixture
 
@@ -21,3 +23,13 @@ sim = simulator_fixture(
 @pytest.fixture
 def db_path(tmp_path: Path) -> str:
     return str(tmp_path / "ctxgate.db")
+
+
+@pytest.fixture
+async def store(db_path: str) -> AsyncIterator[SessionStore]:
+    """A store on a SQLite file of its own (tests/storage's own runs on PostgreSQL too)."""
+    store = await SessionStore.open(f"sqlite+aiosqlite:///{db_path}")
+    try:
+        yield store
+    finally:
+        await store.close()

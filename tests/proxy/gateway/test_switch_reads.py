@@ -5,21 +5,8 @@ replicas) on one SQLite file, on a clock the test moves."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from proxy.gateway.switches import Switches
 from storage import SessionKey, SessionStore
-
-
-@pytest.fixture
-async def store(db_path: str) -> AsyncIterator[SessionStore]:
-    store = await SessionStore.open(f"sqlite+aiosqlite:///{db_path}")
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 class Clock:

@@ -4,10 +4,6 @@ when asked, digested early past the byte budget, or never (replaced, or too old 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from compression import Message, counter_for_model, seen_messages
 from session.ledger.book import Ledger, full_prompt
 from session.ledger.history import ASKED_WITHIN_S, History, Tip, Tips
@@ -17,15 +13,6 @@ from tests.session.ledger.test_money import settings_with
 
 MODEL = "gpt-test-1"
 COUNTER = counter_for_model("gpt-4o")
-
-
-@pytest.fixture
-async def store(db_path: str) -> AsyncIterator[SessionStore]:
-    store = await SessionStore.open(f"sqlite+aiosqlite:///{db_path}")
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 def turns(n: int, tag: str = "") -> list[Message]:

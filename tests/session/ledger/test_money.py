@@ -7,7 +7,6 @@ admin API reads it (grouped sums, prices applied on reading).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -46,15 +45,6 @@ def settings_with(prices: list[dict[str, Any]] | None) -> Settings:
     if prices is not None:
         doc["prices"] = prices
     return parse_settings(doc, {})
-
-
-@pytest.fixture
-async def store(db_path: str) -> AsyncIterator[SessionStore]:
-    store = await SessionStore.open(f"sqlite+aiosqlite:///{db_path}")
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 def test_a_call_priced_by_tier() -> None:
