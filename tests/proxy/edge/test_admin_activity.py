@@ -62,8 +62,14 @@ def settled(proxy: ProxyServer, until: Callable[[str], bool], within_s: float = 
     return state
 
 
-def post_response_events(proxy: ProxyServer) -> list[str]:
+def post_response_events(proxy: ProxyServer, within_s: float = 5.0) -> list[str]:
+    """The session's stored post-response events, once its row is stored (the write-behind
+    writes a new session's row a moment after its first answers)."""
+    deadline = time.monotonic() + within_s
     detail = proxy.run(proxy.services.store.session_detail(SessionKey(SCOPE, SESSION)))
+    while detail is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        detail = proxy.run(proxy.services.store.session_detail(SessionKey(SCOPE, SESSION)))
     assert detail is not None
     return [e.outcome for e in detail.events if e.trigger == "post_response"]
 
