@@ -60,7 +60,13 @@ from compression.summary.failures import (
     classify_error,
     cooldown_seconds,
 )
-from compression.summary.handles import RECALL_TOOL, handle, parse_handles, with_handles
+from compression.summary.handles import (
+    RECALL_TOOL,
+    clipped_originals,
+    handle,
+    parse_handles,
+    with_handles,
+)
 from compression.summary.handoff import handoff_text, parse_handoff, view_summaries
 from compression.summary.prompts import RECALLED_CLOSE, RECALLED_OPEN, USER_CLOSE, USER_OPEN
 from compression.thresholds import (
@@ -117,6 +123,7 @@ __all__ = [
     "chained_digests",
     "check_invariants",
     "classify_error",
+    "clipped_originals",
     "content_text",
     "count_each",
     "cooldown_seconds",

@@ -185,7 +185,7 @@ class Compressor:
             ops=ops,
             reads=reads,
             working=working_set(view, ops, observations),
-            words=user_messages(view, figures, observations),
+            words=user_messages(view, figures, observations, ctx.originals),
         )
         if run.pins.refused is not None:
             return run.unchanged("rejected", with_strike(state, ctx.now), run.pins.refused)
@@ -263,7 +263,7 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
     limits = replace(run.limits, threshold=int(run.limits.threshold / ratio))
     plan: CutPlan | None = None
     for level in range(min(state.strikes, MAX_LEVEL), MAX_LEVEL + 1):
-        budgets = budgets_for(run.options, limits, fixed, level, users, files)
+        budgets = budgets_for(run.options, limits, fixed, level, users.total, files, users.origin)
         candidate = plan_cut(run.view, run.figures, run.pairing, head, budgets, level)
         if candidate.empty:
             continue
@@ -275,7 +275,7 @@ def _plan(run: _Pass, state: EngineState) -> CutPlan:
         run.figures,
         run.pairing,
         head,
-        budgets_for(run.options, limits, fixed, MAX_LEVEL, users, files),
+        budgets_for(run.options, limits, fixed, MAX_LEVEL, users.total, files, users.origin),
         MAX_LEVEL,
     )
 

@@ -10,7 +10,7 @@ loads it, passes it in `CompressionContext.state`, and persists `CompressionResu
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -100,6 +100,10 @@ class CompressionContext:
     # The caller already decided the view is due (its threshold crossed): the engine does not
     # weigh the threshold again, only its own cooldowns.
     due: bool = False
+    # The whole text of each user message the view's handoffs carry clipped, by the clip as
+    # carried (`compression.summary.handles.clipped_originals`): the caller holds the client's
+    # list, the engine only the view.
+    originals: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from compression import (
     Trigger,
     chain_digest,
     chained_digests,
+    clipped_originals,
     seen_messages,
     with_handles,
 )
@@ -214,6 +215,7 @@ class Compactor:
                 summary_context_length=summary_context_length,
                 summary_token_ratio=summary_token_ratio,
                 due=True,
+                originals=clipped_originals(turn.view, turn.messages),
             )
             started = time.perf_counter()
             result = await self._run(turn.view, ctx)

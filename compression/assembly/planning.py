@@ -32,6 +32,7 @@ MIN_SUMMARY_TOKENS = 128
 MIN_MIDDLE_TOKENS = 512
 USER_ROOM_SHARE = 0.60  # of the room the file reads leave, most the user's messages may take
 FILE_ROOM_SHARE = 0.40  # of the room, most carried file reads may take
+ORIGIN_ROOM_SHARE = 0.40  # of the room, what the original request may claim before the files
 ANCHOR_SHARE = 0.08  # of the room: the anchor index (plus what the carried messages leave)
 ANCHOR_ROOM_SHARE = 0.15  # of the room, what the anchors keep whatever else the handoff carries
 ANCHOR_FLOOR_SHARE = 0.25  # of the threshold, what the anchors may take where the limit allows
@@ -87,24 +88,29 @@ def budgets_for(
     level: int,
     users: int = 0,
     files: int = 0,
+    origin: int = 0,
 ) -> Budgets:
     """What each part of the compressed view may take. `users` is what carrying every user
-    message of the region would cost, `files` every newest file read: they come first, the
-    tail and summary share the rest."""
+    message of the region would cost, `origin` the original request's part of it, `files`
+    every newest file read: they come first, the tail and summary share the rest."""
     target = int(limits.threshold * TARGET_SHARE)
     room = max(0, target - fixed_tokens - min(MARKER_TOKENS, target // 10))
-    # The files go first: what the agent is editing now matters more to its next step than
+    user_cap = int(limits.threshold * options.user_share)
+    # The original request goes first, up to a share of the room: it says what the task is,
+    # and a clip of it is what every later handoff reads back, while a file the agent needs
+    # again can be read again.
+    first = min(origin, users, user_cap, int(room * ORIGIN_ROOM_SHARE))
+    # The files go next: what the agent is editing now matters more to its next step than
     # the oldest user messages, and the share files do not use goes to the user's words.
-    reads = min(files, int(limits.threshold * options.file_share), int(room * FILE_ROOM_SHARE))
+    reads = min(
+        files, int(limits.threshold * options.file_share), int((room - first) * FILE_ROOM_SHARE)
+    )
     # The exact ids and paths of the compacted turns keep a share of the room that the user's
     # words cannot take: a pass whose words fill the handoff would carry none, and what one
     # handoff drops no later one can bring back.
     kept = min(options.max_anchor_tokens, int(room * ANCHOR_ROOM_SHARE))
-    carry = min(
-        users,
-        int(limits.threshold * options.user_share),
-        int((room - reads - kept) * USER_ROOM_SHARE),
-    )
+    later = max(0, int((room - first - reads - kept) * USER_ROOM_SHARE))
+    carry = min(users, user_cap, first + later)
     rest = room - carry - reads - kept
     scale = (1.0, 0.5, 0.25)[min(level, MAX_LEVEL)]
     lean = tail_budget(options, limits.context_length, limits.threshold)

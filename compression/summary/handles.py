@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from compression.messages.content import content_text
 from compression.messages.types import ContentPart, Message
-from compression.summary.handoff import handoff_text
+from compression.summary.handoff import handoff_text, parse_handoff, user_text
 from compression.summary.prompts import (
     ARCHIVE_OPEN,
     FILE_CLOSE,
@@ -34,7 +34,7 @@ RECALL_TOOL = "ctxgate_recall"
 _HANDLE = re.compile(r"^m(\d{1,9})$")
 _RANGE = re.compile(r"^m(\d{1,9})\s*[-\u2013]\s*m?(\d{1,9})$")
 ARCHIVE_LINE = re.compile("^" + re.escape(ARCHIVE_OPEN) + r"[^\n]*\]\n", re.MULTILINE)
-SUFFIX = re.compile(r"\n\[archived: m\d+\]$")
+SUFFIX = re.compile(r"\n\[archived: m(\d+)\]$")
 
 
 def handle(position: int) -> str:
@@ -216,6 +216,33 @@ def _clipped_original(
         if original.get("role") in roles and content_text(original).strip().startswith(head):
             return position
     return None
+
+
+def clipped_originals(view: Sequence[Message], client: Sequence[Message]) -> dict[str, str]:
+    """The whole text of each user message a handoff of `view` carries clipped, by the clip as
+    the handoff holds it, read from the client's list at the position its handle names.
+
+    The client resends every message with each request, while a compression sees only the
+    view: without the original, each later handoff would read the clip back as the message
+    and clip it further, so a task statement clipped once would stay clipped for good."""
+    found: dict[str, str] = {}
+    for message in view:
+        text = handoff_text(message)
+        parsed = parse_handoff(text) if text is not None and USER_OPEN in text else None
+        if parsed is None:
+            continue
+        for inner in parsed.handoff.user_messages:
+            named, mark = SUFFIX.search(inner), _CLIP_MARK.search(inner)
+            if named is None or mark is None:
+                continue
+            position = int(named.group(1))
+            if position >= len(client) or client[position].get("role") != "user":
+                continue
+            original = user_text(client[position])
+            head = inner[: mark.start()].strip()[:_LEAD]
+            if head and original.strip().startswith(head):
+                found[inner] = original
+    return found
 
 
 def _with_text(message: Message, edit: Callable[[str], str]) -> Message:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from compression.assembly.planning import CutPlan
 from compression.counting.figures import PassFigures
@@ -62,22 +63,38 @@ def carry_candidates(
     return words.candidates(start, end, skip, pinned)
 
 
+class CarryNeed(NamedTuple):
+    """What carrying the user's messages after the head would cost, all of them and the
+    original request's share of it."""
+
+    total: int = 0
+    origin: int = 0  # the original request (what was sent before the first reply)
+
+
 def carry_need(
     messages: Sequence[Message],
     head: int,
     figures: PassFigures,
     pinned: frozenset[int],
     words: UserMessages | None = None,
-) -> int:
+) -> CarryNeed:
     """What carrying every user message after the head would cost (the tail's own included:
     where the cut falls is not known yet, and the tail is short)."""
     candidates = carry_candidates(messages, head, len(messages), None, figures, pinned, words)
     if not candidates:
-        return 0
+        return CarryNeed()
     count = figures.counter.count_text
     overhead = count(f"{USER_OPEN}\n\n{USER_CLOSE}\n")
-    sizes = (c.tokens if c.tokens is not None else count(c.text) for c in candidates)
-    return count(USER_MESSAGES_HEADER) + sum(size + overhead for size in sizes)
+    header = count(USER_MESSAGES_HEADER)
+    total = origin = header
+    for candidate in candidates:
+        size = overhead + (
+            candidate.tokens if candidate.tokens is not None else count(candidate.text)
+        )
+        total += size
+        if candidate.opening:
+            origin += size
+    return CarryNeed(total, origin if origin > header else 0)
 
 
 # The anchors' own budget where the user's words yield: the best-ranked few with their lines

@@ -11,7 +11,7 @@ any reply" counts from the end of the canned opening.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -86,10 +86,12 @@ def user_messages(
     messages: Sequence[Message],
     figures: PassFigures,
     observations: frozenset[int] | None = None,
+    originals: Mapping[str, str] | None = None,
 ) -> UserMessages:
     """Each user message and earlier handoff of `messages`, read once.
 
-    `observations` are the tool observations of the whole view when known already."""
+    `observations` are the tool observations of the whole view when known already;
+    `originals` the whole text of messages an earlier handoff carries clipped, by the clip."""
     if observations is None:
         observations = observation_indices(messages, 0, len(messages))
     canned = preamble_end(messages)
@@ -107,7 +109,7 @@ def user_messages(
         if summary is not None:
             parsed = parse_handoff(summary)
             if parsed is not None:
-                texts = parsed.handoff.user_messages
+                texts = [(originals or {}).get(t, t) for t in parsed.handoff.user_messages]
                 quoted = tuple((text, states_instruction(text)) for text in texts)
         if summary is None:
             # `user_text`, without reading the message's content again

@@ -6,10 +6,12 @@ from dataclasses import replace
 from compression.assembly.invariants import check_invariants
 from compression.compressor import Compressor
 from compression.engine import CompressionResult
+from compression.messages.content import clip_middle
 from compression.messages.types import Message
 from compression.options import CompressorOptions
 from compression.state import EngineState, record_real_usage
-from compression.summary.handoff import parse_handoff, view_summaries
+from compression.summary.handles import rewritten_suffix
+from compression.summary.handoff import Handoff, parse_handoff, render_handoff, view_summaries
 from compression.summary.prompts import END_MARKER, IN_PROGRESS_MARKER, SUMMARY_PREFIX
 from tests.compression.builders import (
     agent_session,
@@ -387,3 +389,20 @@ async def test_a_hygiene_pass_keeps_the_ids_where_its_line_leaves_room() -> None
     said = anchors.glosses()
     assert all("reservation_id" in said.get(v, "") for v in ids)  # none bare
     assert anchors.commands[:2] == ("lookup 58", "lookup 57")  # what the agent ran, newest first
+
+
+async def test_a_clipped_carried_request_is_carried_whole_again_from_its_original() -> None:
+    """A handoff that had to clip the task statement names its original; the next pass,
+    given the original (the client resends it), carries it whole again where it fits,
+    instead of reading the clip back as the message and clipping it further."""
+    ask = "Fix the parser. " + "Background on the bug. " * 40 + "Never touch main.py."
+    clip = clip_middle(ask, 300) + rewritten_suffix(1)
+    summary = user(render_handoff(Handoff("## Goal\nfix the parser", (clip,))))
+    messages = [system(), summary, *agent_session(rounds=8)[1:]]
+    for originals, whole in (({clip: ask}, True), ({}, False)):
+        out = await compress(messages, originals=originals)
+        assert out.outcome == "compressed"
+        parsed = [parse_handoff(s) for s in summaries(out.messages)]
+        carried = [t for p in parsed if p is not None for t in p.handoff.user_messages]
+        assert (ask in carried) is whole
+        assert any(t.startswith("Fix the parser.") for t in carried)

@@ -131,3 +131,23 @@ def test_the_anchors_keep_a_share_of_the_room_the_users_words_cannot_take() -> N
         room = lean.target - 3_300 - min(MARKER_TOKENS, lean.target // 10)
         assert full.anchors >= int(room * ANCHOR_ROOM_SHARE) > 0
         assert full.carry + full.files + int(room * ANCHOR_ROOM_SHARE) <= room
+
+
+def test_the_original_request_claims_its_room_before_the_file_reads() -> None:
+    """Where the system prompt leaves little room, the original request is carried whole
+    before the file reads take their share (a file can be read again; a clipped task
+    statement is what every later handoff reads back), and later messages still get a share
+    of what is left."""
+    options = CompressorOptions()
+    limits = limits_for(options, 8_192, None)
+    fixed, files, origin = 4_500, 5_000, 700
+    without = budgets_for(options, limits, fixed, 2, origin, files)
+    assert without.carry < origin  # the files first: the request would be clipped
+    first = budgets_for(options, limits, fixed, 2, origin, files, origin)
+    assert first.carry >= origin and first.files < without.files
+    more = budgets_for(options, limits, fixed, 2, origin + 400, files, origin)
+    assert more.carry > first.carry
+    room = first.target - fixed - min(MARKER_TOKENS, first.target // 10)
+    huge = budgets_for(options, limits, fixed, 2, 50_000, files, 50_000)
+    assert huge.carry <= room  # a huge request claims a share of the room, not all of it
+    assert huge.files > 0 and huge.anchors >= int(room * ANCHOR_ROOM_SHARE)

@@ -14,6 +14,7 @@ from compression.messages.content import clip_middle
 from compression.messages.types import Message
 from compression.options import CompressorOptions
 from compression.summary.handles import (
+    clipped_originals,
     parse_handles,
     ranges,
     rewritten_suffix,
@@ -97,6 +98,32 @@ def test_a_clipped_user_message_the_summary_carries_names_its_original() -> None
     assert parsed.handoff.user_messages == ("short ask", clipped + rewritten_suffix(3))
     again = with_handles(out, [0, None, 4], [1, 2, 3], client)
     assert again[1]["content"] == out[1]["content"]  # named once
+
+
+def test_a_clipped_carried_message_is_read_back_whole_from_the_clients_list() -> None:
+    """The client resends the original with every request: the next compression reads the
+    clip's original from it, by the handle written into the clip, and nothing else."""
+    ask = "Keep the public API stable. " + "background " * 300 + "Ship by Friday."
+    clip = clip_middle(ask, 200) + rewritten_suffix(3)
+    bare = clip_middle("Other words entirely. " + "x " * 300, 200)
+    summary: Message = {
+        "role": "user",
+        "content": render_handoff(Handoff("## Goal\nship it", ("short ask", clip, bare))),
+    }
+    client: list[Message] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "short ask"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": ask},
+    ]
+    view = [client[0], summary]
+    assert clipped_originals(view, client) == {clip: ask}
+    # A handle past the client's list, or naming a message that does not open like the clip
+    # (the client edited its history), gives nothing back.
+    assert clipped_originals(view, client[:3]) == {}
+    edited = [*client[:3], {"role": "user", "content": "Something else. " + "y " * 300}]
+    assert clipped_originals(view, edited) == {}
+    assert clipped_originals(view, [*client[:3], {"role": "assistant", "content": ask}]) == {}
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

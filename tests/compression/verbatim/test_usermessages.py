@@ -136,4 +136,4 @@ def test_the_need_read_once_is_the_need_scanned(
     once = carry_need(messages, head, figures, pinned, words)
     assert once == carry_need(messages, head, figures, pinned)
     scanned = reference_candidates(messages, head, len(messages), None, figures, pinned)
-    assert bool(once) == bool(scanned)
+    assert bool(once.total) == bool(scanned)
