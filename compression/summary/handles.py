@@ -213,9 +213,27 @@ def _clipped_original(
         return None
     for position in reversed(replaced):
         original = client[position]
-        if original.get("role") in roles and content_text(original).strip().startswith(head):
+        if original.get("role") not in roles:
+            continue
+        if roles == ("user",):
+            # Messages may open alike (an agent's task template): the clip's whole head and
+            # its tail tell which one it was cut from.
+            if cut_from(inner, user_text(original)):
+                return position
+        elif content_text(original).strip().startswith(head):
             return position
     return None
+
+
+def cut_from(clip: str, original: str) -> bool:
+    """Whether `clip` (head, omission mark, tail; perhaps its handle) was cut from `original`."""
+    mark = _CLIP_MARK.search(clip)
+    if mark is None:
+        return False
+    head = clip[: mark.start()].strip()
+    tail = SUFFIX.sub("", clip[mark.end() :]).strip()
+    whole = original.strip()
+    return bool(head) and whole.startswith(head) and whole.endswith(tail)
 
 
 def clipped_originals(view: Sequence[Message], client: Sequence[Message]) -> dict[str, str]:
@@ -239,8 +257,7 @@ def clipped_originals(view: Sequence[Message], client: Sequence[Message]) -> dic
             if position >= len(client) or client[position].get("role") != "user":
                 continue
             original = user_text(client[position])
-            head = inner[: mark.start()].strip()[:_LEAD]
-            if head and original.strip().startswith(head):
+            if cut_from(inner, original):
                 found[inner] = original
     return found
 

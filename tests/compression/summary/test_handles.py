@@ -100,6 +100,37 @@ def test_a_clipped_user_message_the_summary_carries_names_its_original() -> None
     assert again[1]["content"] == out[1]["content"]  # named once
 
 
+def test_a_clip_is_named_after_the_message_it_was_cut_from_where_several_open_alike() -> None:
+    """An agent's task template opens every statement alike: the clip's head and tail name
+    the one it was cut from, not the newest that opens the same way."""
+    opening = "We're currently solving the following issue within our repository. ISSUE:\n"
+    first = opening + "SyntaxError in missing_colon.py. " + "detail " * 200 + "Fix it."
+    later = opening + "TimeDelta serialization precision. " + "detail " * 200 + "Round it."
+    clipped = clip_middle(first, 300)
+    summary: Message = {
+        "role": "user",
+        "content": render_handoff(Handoff("## Goal\nship it", (clipped,))),
+    }
+    client: list[Message] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": later},
+        {"role": "assistant", "content": "done"},
+    ]
+    out = with_handles([client[0], summary, client[4]], [0, None, 4], [1, 2, 3], client)
+    parsed = parse_handoff(handoff_text(out[1]) or "")
+    assert parsed is not None
+    assert parsed.handoff.user_messages == (clipped + rewritten_suffix(1),)
+    assert clipped_originals(out, client) == {clipped + rewritten_suffix(1): first}
+    # Named for the wrong message (by an older ctxgate), the clip is not read back as it.
+    wrong = {
+        "role": "user",
+        "content": render_handoff(Handoff("g", (clipped + rewritten_suffix(3),))),
+    }
+    assert clipped_originals([client[0], wrong], client) == {}
+
+
 def test_a_clipped_carried_message_is_read_back_whole_from_the_clients_list() -> None:
     """The client resends the original with every request: the next compression reads the
     clip's original from it, by the handle written into the clip, and nothing else."""
