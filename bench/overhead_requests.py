@@ -76,8 +76,8 @@ class Bodies:
       id. What every first request of a session, and a history edited at its start, cost.
       All its other messages are those of the body before it, which ctxgate parsed (a new
       session of one agent, or one client's rewritten early message).
-    - `novel`: a body sharing no opening with any before it: a new tag at the start of its
-      system prompt, a new session id. ctxgate parses and checks all of it.
+    - `novel`: a body sharing no opening with any before it, in any cell: a new tag at the
+      start of its system prompt, a new session id. ctxgate parses and checks all of it.
     - `growing`: each client's session gains one turn per round, as an agent's does. Its
       history runs from the valid cut at three quarters of the size up to the whole history,
       tagged in its first user message with the client and lap (so that no two clients send
@@ -94,6 +94,7 @@ class Bodies:
         stream: bool,
     ) -> None:
         self.kind = kind
+        self.stream = stream
         self.sent = 0
         self.rounds = 0
         self._whole = request_body(messages, tools, stream)
@@ -115,7 +116,9 @@ class Bodies:
         history in a round; `fresh` gives each request its own tag all the same)."""
         self.sent += 1
         if self.kind in ("fresh", "novel"):
-            tag = f"[request {self.sent:09d}] ".encode()
+            # The streamed cells' tags differ from the plain ones': the plain cell's bodies,
+            # sent first, would otherwise share their opening with the streamed cell's.
+            tag = f"[{'streamed ' if self.stream else ''}request {self.sent:09d}] ".encode()
             at = self._at if self.kind == "fresh" else self._opening
             body = self._whole[:at] + tag + self._whole[at:]
             return body, f"{session}-{self.kind}-{self.sent}"
