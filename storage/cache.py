@@ -55,6 +55,10 @@ class SessionCache:
             return MISS
         return entry[1]
 
+    def holds(self, sk: SessionKey) -> bool:
+        """Whether a copy of `sk`'s row (fresh or not) is kept: a vouch can only renew one."""
+        return sk in self._rows
+
     def vouch(self) -> None:
         """Every copy is what the database holds now (its caller checked): each is fresh
         again for `ttl_s` from now."""

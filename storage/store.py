@@ -171,10 +171,12 @@ class SessionStore(Accounts, Tenancy):
 
     async def get_session(self, sk: SessionKey) -> SessionRecord | None:
         cached = self._cache.get(sk)
-        if isinstance(cached, Miss) and self._db.versioned and self._cache.ttl_s > 0:
+        if isinstance(cached, Miss) and self._db.versioned and self._cache.holds(sk):
             # On SQLite an old copy is still current unless another connection committed:
             # this process's usage writes go through the connection that asks, its other
             # writes drop their session's copy, and anything else moves the data version.
+            # Without a copy (a session new to this process) there is nothing to renew: the
+            # look is left to the next old copy, which serves nothing until it is made.
             self._version_checks += 1
             if self._db.changed_elsewhere():
                 self._cache.clear()
@@ -183,6 +185,11 @@ class SessionStore(Accounts, Tenancy):
                 cached = self._cache.get(sk)
         if not isinstance(cached, Miss):
             return cached
+        if self._db.versioned and not self._db.looked:
+            # The version every later look compares with, taken before the first row read
+            # (a commit after it is then seen): without one, the first look clears all.
+            self._version_checks += 1
+            self._db.changed_elsewhere()
         epoch, unwritten = self._cache.epoch, self._unwritten.of(sk)
         quiet = self._unwritten.quiet()
         self._session_reads += 1

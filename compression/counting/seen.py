@@ -105,6 +105,40 @@ class SeenMessages:
             while self._bytes > self.budget and entries:
                 self._bytes -= entries.popitem(last=False)[1].size
 
+    def digests_unkept(
+        self, messages: Sequence[Message], recent: dict[int, tuple[Any, str]] | None = None
+    ) -> list[str]:
+        """`digests(messages)`, keeping nothing here: for a list no later request is expected
+        to share (a ledger link let go of past its budget), whose entries would only hold its
+        messages and push out those of requests still coming. Entries are probed without the
+        lock (a dict read is atomic; the identity check makes a reused id harmless) and left
+        where they are in the order.
+
+        `recent`, the caller's own small memo (id -> (message, digest)), is consulted too and
+        then holds this list's messages only: consecutive lists of one agent's sessions share
+        most of their message objects."""
+        entries = self._entries
+        out: list[str] = []
+        hashed = 0
+        for message in messages:
+            entry = entries.get(id(message))
+            if entry is not None and entry.message is message:
+                out.append(entry.digest)
+                continue
+            known = recent.get(id(message)) if recent is not None else None
+            if known is not None and known[0] is message:
+                out.append(known[1])
+            else:
+                out.append(sized_digest(message)[0])
+                hashed += 1
+        if recent is not None:
+            recent.clear()
+            recent.update((id(m), (m, d)) for m, d in zip(messages, out, strict=True))
+        if hashed:
+            with self._lock:
+                self.hashed += hashed
+        return out
+
     def _key(self, counter: TokenCounter) -> int:
         key = id(counter)
         if key not in self._counters:

@@ -10,8 +10,9 @@ A request's `Tip` (its prefix digest, for the next request to compare) therefore
 messages until one asks, the next request of the session replaces it, or it can no longer be
 asked: the previous request is only an anchor while the provider's cache holds its prompt
 (`CACHE_TTL_S`). `Tips` keeps the undigested ones within a byte budget, digesting the oldest
-past it, and lets go of those too old to be asked (with an hour's margin for a request still in
-flight that started in time). The figures are those of digesting every request at once.
+past it (without putting their messages in the seen-messages memo, which would hold them in
+its place), and lets go of those too old to be asked (with an hour's margin for a request still
+in flight that started in time). The figures are those of digesting every request at once.
 
 May import: compression (the face), session.ledger.tiers.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from compression import Message, seen_messages
 from session.ledger.tiers import CACHE_TTL_S
@@ -70,7 +72,20 @@ class History:
         """One digest of the first `n` messages: of their digests, in order. A single hash
         of 64 bytes a message, where a chain of digests costs one hash a message (2.6 ms
         for the 3,900 messages of a 200K-token history no session has seen)."""
-        return hashlib.sha256("".join(self.digests[:n]).encode("ascii")).hexdigest()
+        return _joined(self.digests[:n])
+
+    def whole_unkept(self, recent: dict[int, tuple[Any, str]] | None = None) -> str:
+        """`prefix(len(self))`, its messages' digests kept in the seen-messages memo only if
+        taken already: for a link digested only to let go of its messages (past the budget),
+        which the memo would otherwise hold on to in their place (`recent`: see
+        `SeenMessages.digests_unkept`)."""
+        if self._digests is not None:
+            return _joined(self._digests)
+        return _joined(seen_messages().digests_unkept(self.messages, recent))
+
+
+def _joined(digests: Sequence[str]) -> str:
+    return hashlib.sha256("".join(digests).encode("ascii")).hexdigest()
 
 
 class Tip:
@@ -100,6 +115,13 @@ class Tip:
     def let_go(self) -> None:
         self._release()
 
+    def settle(self, recent: dict[int, tuple[Any, str]] | None = None) -> None:
+        """Take the digest now and let go of the messages (past the budget): the same digest
+        `digest` takes, without keeping the messages in the seen-messages memo."""
+        if self._history is not None:
+            self._digest = self._history.whole_unkept(recent)
+            self._release()
+
     def _release(self) -> None:
         """Its messages let go, and their bytes given back to the budget that held them, however
         it ended (asked by the next request, replaced, too old, past the budget)."""
@@ -117,6 +139,9 @@ class Tips:
         self.asked_within_s = asked_within_s
         self._order: deque[Tip] = deque()
         self._bytes = 0
+        # The messages of the tip last digested past the budget, with their digests: the
+        # next one, often another session of the same agent, shares most of them.
+        self._settled: dict[int, tuple[Any, str]] = {}
 
     @property
     def held_bytes(self) -> int:
@@ -136,7 +161,7 @@ class Tips:
                 if now - oldest.at > self.asked_within_s:
                     oldest.let_go()
                 elif self._bytes > self.budget:
-                    oldest.digest()
+                    oldest.settle(self._settled)
                 else:
                     return
             order.popleft()

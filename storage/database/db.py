@@ -93,6 +93,12 @@ class Database:
         """Whether `changed_elsewhere` can tell (SQLite); else copies of rows need an age."""
         return self._inline is not None
 
+    @property
+    def looked(self) -> bool:
+        """Whether `changed_elsewhere` has a data version to compare with (its first call, or
+        the first after an error, answers True)."""
+        return self._seen_version is not None
+
     def changed_elsewhere(self) -> bool:
         """Whether a connection other than the inline one committed since the last call
         (True when it cannot tell). Writes through `write_inline` are not counted."""

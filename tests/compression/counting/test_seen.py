@@ -149,3 +149,28 @@ def test_each_message_is_hashed_once_for_the_memo_and_the_counters_cache() -> No
     assert counter.batches[0] == (30, True)  # the memo's digests, not hashed again
     assert seen.hashed == 30
     assert message_digests(history) == seen.digests(history)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(MESSAGE, max_size=12), st.integers(min_value=0, max_value=12))
+def test_digests_unkept_are_the_digests_and_keep_nothing(
+    messages: list[Message], known: int
+) -> None:
+    """The objects it finds give their digests, the others are hashed, and none is kept."""
+    seen = SeenMessages()
+    seen.digests(messages[:known])
+    held = len(seen)
+    assert seen.digests_unkept(messages) == message_digests(messages)
+    assert len(seen) == held
+    assert seen.hashed == min(known, len(messages)) + max(0, len(messages) - known)
+
+
+def test_digests_unkept_find_the_previous_lists_objects_in_recent() -> None:
+    seen = SeenMessages()
+    recent: dict[int, tuple[Any, str]] = {}
+    first: list[Message] = [{"role": "user", "content": f"message {i}"} for i in range(6)]
+    assert seen.digests_unkept(first, recent) == message_digests(first)
+    edited: list[Message] = [{"role": "user", "content": "rewritten"}, *first[1:]]
+    assert seen.digests_unkept(edited, recent) == message_digests(edited)
+    assert seen.hashed == 6 + 1  # only the new object was hashed again
+    assert [m for m, _ in recent.values()] == edited and len(seen) == 0

@@ -4,7 +4,10 @@ when asked, digested early past the byte budget, or never (replaced, or too old 
 
 from __future__ import annotations
 
+import hashlib
+
 from compression import Message, counter_for_model, seen_messages
+from compression.messages.digest import message_digests
 from session.ledger.book import Ledger, full_prompt
 from session.ledger.history import ASKED_WITHIN_S, History, Tip, Tips
 from session.ports.frontdoor import Usage
@@ -115,3 +118,22 @@ def test_a_tip_the_next_request_digests_gives_its_bytes_back() -> None:
     # 3,000 bytes in a budget of 2,500: only the oldest still held is digested early.
     assert not made[1].held and later[0].held and later[1].held
     assert tips.held_bytes == 2000
+
+
+def test_a_tip_digested_past_the_budget_leaves_nothing_in_the_memo() -> None:
+    """A request digested only to let go of its messages (no later one asked yet) does not
+    move them into the seen-messages memo, where they would stay held in its place."""
+    memo = seen_messages()
+    tips = Tips(budget=1500)
+    first = turns(6, tag="m0 ")
+    made = [
+        Tip(history_of(m, eager=False), float(i), 1000)
+        for i, m in enumerate([first, turns(6, tag="m1 ")])
+    ]
+    expected = hashlib.sha256("".join(message_digests(first)).encode("ascii")).hexdigest()
+    held = len(memo)
+    for tip in made:
+        tips.hold(tip, tip.at)
+    assert not made[0].held and made[1].held
+    assert len(memo) == held
+    assert made[0].digest() == expected

@@ -131,6 +131,37 @@ async def test_one_look_at_the_data_version_vouches_for_every_old_copy(sqlite_ur
         await store.close()
 
 
+async def test_a_session_new_to_the_process_is_read_without_a_look_at_the_data_version(
+    sqlite_url: str,
+) -> None:
+    """Nothing is kept for it that a look could renew: the first read takes the version later
+    looks compare with, each new session is then one read and no look, and an old copy is
+    still renewed by one look (a foreign write still seen)."""
+    store = await SessionStore.open(sqlite_url, session_cache_s=0.05)
+    elsewhere = await SessionStore.open(sqlite_url, session_cache_s=0.05)
+    other = SessionKey("scope-a", "written-elsewhere")
+    try:
+        elsewhere.record_usage_later(UsageRecord(other, "gpt-4o", 900, 30, 12))
+        await elsewhere.flush()
+        assert await store.get_session(SK) is None  # nothing stored yet
+        assert (store.stats.session_reads, store.stats.version_checks) == (1, 1)
+        found = await store.get_session(other)
+        assert found is not None and found.last_prompt_tokens == 900
+        assert (store.stats.session_reads, store.stats.version_checks) == (2, 1)
+        await asyncio.sleep(0.1)  # both copies past their age, nobody wrote since
+        assert await store.get_session(other) is not None
+        assert (store.stats.session_reads, store.stats.version_checks) == (2, 2)
+        elsewhere.record_usage_later(UsageRecord(other, "gpt-4o", 950, 30, 14))
+        await elsewhere.flush()
+        await asyncio.sleep(0.1)
+        seen = await store.get_session(other)
+        assert seen is not None and seen.last_prompt_tokens == 950
+        assert (store.stats.session_reads, store.stats.version_checks) == (3, 3)
+    finally:
+        await elsewhere.close()
+        await store.close()
+
+
 async def test_a_large_usage_batch_goes_through_the_pool(sqlite_url: str) -> None:
     store = await SessionStore.open(sqlite_url, session_cache_s=0.05)
     try:
