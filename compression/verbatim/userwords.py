@@ -5,7 +5,7 @@ default is generous). When it binds, they are chosen in this order, newest first
 group, then emitted oldest first:
 
     1. the original request (what was sent before the first reply), whole if it takes at most
-       half the budget or what a clip of each later instruction-bearing message leaves, else
+       half the budget or what the later instruction-bearing messages leave of it, else
        clipped to that half or, where the budget is small, to its first lines
        (`ORIGIN_CLIP_TOKENS`, as far as the budget holds them);
     2. messages that state or change an instruction (`compression.verbatim.instructions`);
@@ -124,15 +124,15 @@ def select_carried(
     order = [i for i in priority(candidates) if pick.wanted(i)]
     opening = [i for i in order if candidates[i].opening]
     left = max(0, max_tokens)
-    # Later messages that state an instruction keep room for a clip at least; the rest (a
-    # remark, an output the harness sent as the user's) do not clip the task statement.
-    floor = MIN_CLIP_TOKENS + overhead
-    rules = sum(min(pick.size(i), floor) for i in order if _rule_after(candidates[i]))
+    # Later messages that state an instruction keep their room; the rest (a remark, an
+    # output the harness sent as the user's) do not clip the task statement.
+    rules = sum(pick.size(i) for i in order if _rule_after(candidates[i]))
     for position in opening:
         # It may always take enough for a short clip: the original request is the last to go.
         share = min(left, max(int(max_tokens * ORIGIN_SHARE), ORIGIN_CLIP_TOKENS + overhead))
         whole = pick.whole(position, max(share, left - rules))
         left -= whole or pick.clipped(position, share)
+    floor = MIN_CLIP_TOKENS + overhead
     reserved = 0  # a short clip's worth for each message before this one that did not fit
     for position in order:
         if candidates[position].opening:

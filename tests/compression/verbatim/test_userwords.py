@@ -99,23 +99,24 @@ def test_the_original_request_takes_at_least_its_first_lines() -> None:
     assert select_carried([Carried(ask, opening=True)], 40, COUNT).texts == ()
 
 
-def test_the_original_request_is_whole_where_later_instructions_keep_a_clip() -> None:
-    """Past half the budget, the original request is still carried whole when a clip of each
-    later instruction fits beside it: plain later messages (a remark, output a harness sent
-    as the user's) do not clip the task statement."""
+def test_the_original_request_is_whole_where_the_later_instructions_fit_beside_it() -> None:
+    """Past half the budget, the original request is still carried whole when the later
+    instruction-bearing messages fit whole beside it: plain later messages (a remark, output
+    a harness sent as the user's) do not clip the task statement, and a long opening (an
+    agent's worked demonstration) does not clip the later tasks."""
     ask = "Fix the parser. " + "context " * 95 + "Never touch main.py."  # 199 tokens
-    rule = "From now on, never " + "x" * 800 + " and commit."  # 208 tokens
+    rule = "From now on, never " + "x" * 200 + " and commit."  # 58 tokens
     candidates = [
         Carried(ask, opening=True, index=1),
         *texts("plain " * 60),
         Carried(rule, instruction=True, index=5),
     ]
     chosen = select_carried(candidates, 300, COUNT)
-    assert chosen.texts[0] == ask
-    assert _clips(chosen.texts[-1], rule) and COUNT(chosen.texts[-1]) >= MIN_CLIP_TOKENS
-    # Without room for the instruction's clip beside it, the request is clipped to half.
+    assert chosen.texts[0] == ask and chosen.texts[-1] == rule
+    # Where the instruction would not fit whole beside it, the request is clipped to half.
     tight = select_carried(candidates, 240, COUNT)
     assert _clips(tight.texts[0], ask) and COUNT(tight.texts[0]) <= 120
+    assert tight.texts[-1] == rule
 
 
 def test_messages_the_view_holds_verbatim_are_not_repeated() -> None:
