@@ -126,7 +126,7 @@ def select_carried(
     left = max(0, max_tokens)
     # Later messages that state an instruction keep their room; the rest (a remark, an
     # output the harness sent as the user's) do not clip the task statement.
-    rules = sum(pick.size(i) for i in order if _rule_after(candidates[i]))
+    rules = sum(pick.size(i) for i in order if _rule_after(candidates[i])) if opening else 0
     for position in opening:
         # It may always take enough for a short clip: the original request is the last to go.
         share = min(left, max(int(max_tokens * ORIGIN_SHARE), ORIGIN_CLIP_TOKENS + overhead))
