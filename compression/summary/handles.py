@@ -250,8 +250,8 @@ def clipped_originals(view: Sequence[Message], client: Sequence[Message]) -> dic
         if parsed is None:
             continue
         for inner in parsed.handoff.user_messages:
-            named, mark = SUFFIX.search(inner), _CLIP_MARK.search(inner)
-            if named is None or mark is None:
+            named = SUFFIX.search(inner)
+            if named is None:
                 continue
             position = int(named.group(1))
             if position >= len(client) or client[position].get("role") != "user":
