@@ -195,20 +195,24 @@ class Gateway:
         out_headers.update(turn.response_headers())
         out_headers.pop("content-type", None)
         out_headers.pop("content-length", None)
+        # The usage is accounted (journaled) before the answer goes out, as a stream's is
+        # before its end: a process killed once the client has its answer loses no record.
         self.conversations.sessions.answering(measured.root)
+        self.earlier.settle()
+        usage = measured.door.usage(first)
+        await self._finish(measured, usage)
         return Response(
             content,
             status_code=response.status_code,
             headers=out_headers,
             media_type=response.headers.get("content-type", "application/json"),
-            # Bookkeeping runs once the client has its answer: it is not what they wait for.
-            background=BackgroundTask(self._answered, measured, first, recall, content),
+            # The charge and recall's figures follow once the client has its answer.
+            background=BackgroundTask(self._answered, measured, usage, recall, content),
         )
 
-    async def _answered(self, turn: Turn, answer: bytes, recall: Recalled, shown: bytes) -> None:
-        self.earlier.settle()
-        usage = turn.door.usage(answer)
-        await self._finish(turn, usage)
+    async def _answered(
+        self, turn: Turn, usage: Usage | None, recall: Recalled, shown: bytes
+    ) -> None:
         await self.recaller.record(turn, recall.turn, recall.hidden, recall.seconds)
         await self.charges.request(turn, usage, shown)
 
