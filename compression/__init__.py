@@ -8,7 +8,8 @@ Its passes, one subpackage each, in the order a compression runs them:
 
 - `compression.messages`: the chat-shaped wire types, reading content, tool pairs, digests;
 - `compression.counting`: token estimates (tiktoken, offline), calibration, a pass's figures;
-- `compression.assembly`: where to cut (planning), splicing the handoff in, the invariants;
+- `compression.assembly`: a pass's inputs and where to cut (planning), splicing the handoff
+  in, the invariants;
 - `compression.pruning`: deterministic prune passes over old tool output;
 - `compression.verbatim`: what the handoff carries as it was (user words, file reads, pins,
   instructions, anchors, a client's canned opening);
