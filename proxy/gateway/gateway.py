@@ -198,7 +198,6 @@ class Gateway:
         # The usage is accounted (journaled) before the answer goes out, as a stream's is
         # before its end: a process killed once the client has its answer loses no record.
         self.conversations.sessions.answering(measured.root)
-        self.earlier.settle()
         usage = measured.door.usage(first)
         await self._finish(measured, usage)
         return Response(
@@ -206,13 +205,15 @@ class Gateway:
             status_code=response.status_code,
             headers=out_headers,
             media_type=response.headers.get("content-type", "application/json"),
-            # The charge and recall's figures follow once the client has its answer.
+            # Keeping the parsed body, the charge and recall's figures follow once the client has
+            # its answer.
             background=BackgroundTask(self._answered, measured, usage, recall, content),
         )
 
     async def _answered(
         self, turn: Turn, usage: Usage | None, recall: Recalled, shown: bytes
     ) -> None:
+        self.earlier.settle()
         await self.recaller.record(turn, recall.turn, recall.hidden, recall.seconds)
         await self.charges.request(turn, usage, shown)
 
