@@ -195,11 +195,8 @@ class Gateway:
         out_headers.update(turn.response_headers())
         out_headers.pop("content-type", None)
         out_headers.pop("content-length", None)
-        # The usage is accounted (journaled) before the answer goes out, as a stream's is
-        # before its end: a process killed once the client has its answer loses no record.
-        self.conversations.sessions.answering(measured.root)
         usage = measured.door.usage(first)
-        await self._finish(measured, usage)
+        self._account(measured, usage)
         return Response(
             content,
             status_code=response.status_code,
@@ -217,15 +214,15 @@ class Gateway:
         await self.recaller.record(turn, recall.turn, recall.hidden, recall.seconds)
         await self.charges.request(turn, usage, shown)
 
-    async def _finish(self, turn: Turn, usage: Usage | None, status: int = 200) -> None:
-        # A coroutine: Starlette would run a plain function in a worker thread.
+    def _account(self, turn: Turn, usage: Usage | None) -> None:
+        """A whole answer's session bookkeeping, done before it goes out, as a stream's is
+        before its end: its usage is journaled, so a process killed once the client has the
+        answer loses no record."""
         try:
             self.conversations.after_response(turn, usage)
-        except Exception:  # the answer is already out; nothing left to report it to
+        except Exception:  # the client still gets its answer; the log says what failed
             log.exception("session bookkeeping after a response failed")
-        finally:
-            self.conversations.sessions.answered(turn.root)
-        self.metrics.finished(status)
+        self.metrics.finished(200)
 
     async def _open_stream(
         self, turn: Turn, stack: AsyncExitStack, recover: bool = True
